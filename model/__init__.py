@@ -1,0 +1,1 @@
+"""The Keras BERT, its heads and losses. Nothing here knows about files or strategies."""

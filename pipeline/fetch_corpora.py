@@ -1,0 +1,90 @@
+"""Fetch real text nobody here wrote, from package registries, into a local folder (never committed).
+
+    python -m pipeline.fetch_corpora --dest data            # both corpora
+    python -m pipeline.fetch_corpora --dest data botchan    # just one
+
+- botchan: Natsume's "Botchan" (English, Project Gutenberg), `test/botchan.txt` in the
+  sentencepiece 0.2.3 source distribution on PyPI (~280 KB).
+- python_docs: the Python 3.11 documentation's reST sources from Debian's `python3.11-doc`
+  (~500 files, ~12 MB). Needs apt (Debian or Ubuntu).
+Each is fetched once; later calls return the cached path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+BOTCHAN_SDIST = "sentencepiece==0.2.3"
+PYTHON_DOCS_DEB = "python3.11-doc"
+
+
+def botchan(dest: str | Path) -> Path:
+    """Path of botchan.txt under dest, downloading the sentencepiece sdist if needed."""
+    target = Path(dest) / "botchan.txt"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             BOTCHAN_SDIST, "-d", tmp],
+            check=True,
+        )
+        (sdist,) = glob.glob(f"{tmp}/sentencepiece-*.tar.gz")
+        with tarfile.open(sdist) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith("/test/botchan.txt"))
+            data = tar.extractfile(member).read()
+    tmp_target = target.with_suffix(".part")
+    tmp_target.write_bytes(data)
+    tmp_target.rename(target)
+    return target
+
+
+def python_docs(dest: str | Path) -> Path:
+    """Folder of the Python 3.11 docs' reST sources (*.rst.txt) under dest, via apt-get download."""
+    target = Path(dest) / "python_docs"
+    if target.exists():
+        return target
+    if shutil.which("apt-get") is None:
+        raise RuntimeError("python_docs needs apt-get (Debian/Ubuntu); use botchan elsewhere")
+    with tempfile.TemporaryDirectory() as tmp:
+        download = subprocess.run(["apt-get", "download", PYTHON_DOCS_DEB], cwd=tmp, capture_output=True, text=True)
+        if download.returncode != 0:  # package lists not fetched yet on a fresh machine
+            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+            subprocess.run(["apt-get", "download", PYTHON_DOCS_DEB], cwd=tmp, check=True, capture_output=True)
+        (deb,) = glob.glob(f"{tmp}/{PYTHON_DOCS_DEB}_*.deb")
+        subprocess.run(["dpkg-deb", "-x", deb, f"{tmp}/x"], check=True)
+        sources = Path(tmp) / "x/usr/share/doc/python3.11/html/_sources"
+        staged = Path(dest) / "python_docs.part"
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.copytree(sources, staged)
+        staged.rename(target)
+    return target
+
+
+FETCHERS = {"botchan": botchan, "python_docs": python_docs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.fetch_corpora", description=__doc__.split("\n")[0])
+    parser.add_argument("--dest", default="data")
+    parser.add_argument("names", nargs="*", help=f"any of {', '.join(FETCHERS)} (default: all)")
+    args = parser.parse_args(argv)
+    unknown = set(args.names) - set(FETCHERS)
+    if unknown:
+        parser.error(f"unknown corpus {sorted(unknown)}; expected any of {sorted(FETCHERS)}")
+    args.names = args.names or list(FETCHERS)
+    for name in args.names:
+        print(f"{name}: {FETCHERS[name](args.dest)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Masked-LM masking of a batch of padded rows, vectorised with numpy.
+
+BERT's rules: choose round(n * masked_lm_prob) of a row's non-special tokens (at least 1, at most
+max_predictions); 80 % become [MASK], 10 % a random non-special token, 10 % stay; special tokens
+([CLS], [SEP], [PAD]) are never chosen; positions are stored sorted, padding weights are 0.
+Whole-word masking chooses words (a `▁`-initial piece plus its continuations; every CJK piece is a
+word of its own) and never splits one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingTables:
+    """Per-token-id facts masking needs; built once per worker from the vocab."""
+
+    is_special: np.ndarray  # (V,) bool: [PAD] [UNK] [CLS] [SEP] [MASK] and control pieces
+    starts_word: np.ndarray  # (V,) bool: the piece begins a word
+    is_cjk: np.ndarray  # (V,) bool: the piece is unspaced script, a word by itself
+    mask_id: int
+    random_ids: np.ndarray  # ids a "random token" replacement draws from: every non-special id
+
+    @classmethod
+    def from_vocab(cls, vocab) -> MaskingTables:
+        is_special, starts_word, is_cjk = vocab.tables()
+        return cls(
+            is_special=is_special,
+            starts_word=starts_word,
+            is_cjk=is_cjk,
+            mask_id=vocab.special_ids["mask"],
+            random_ids=np.flatnonzero(~is_special).astype(np.int32),
+        )
+
+
+def word_ids(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
+    """(N, T) index of the word each token belongs to, counting from 0 in each row."""
+    prev = np.zeros_like(tokens)  # [PAD] before the first token: always a boundary
+    prev[:, 1:] = tokens[:, :-1]
+    boundary = (
+        tables.starts_word[tokens]
+        | tables.is_cjk[tokens]
+        | tables.is_cjk[prev]
+        | tables.is_special[prev]
+    )
+    boundary[:, 0] = True
+    return np.cumsum(boundary, axis=1) - 1
+
+
+def _choose_whole_words(order, words, budget, selected):
+    """Greedy over words in random order, skipping any that would overflow (BERT's rule)."""
+    for r in range(order.shape[0]):
+        if budget[r] == 0:
+            continue
+        o = order[r]
+        w = words[r, o]
+        starts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]).tolist()
+        ends = starts[1:] + [len(o)]
+        count, target = 0, int(budget[r])
+        for start, end in zip(starts, ends, strict=True):
+            if count + end - start > target:
+                continue
+            selected[r, o[start:end]] = True
+            count += end - start
+            if count == target:
+                break
+
+
+def mask_rows(
+    tokens: np.ndarray,
+    *,
+    tables: MaskingTables,
+    max_predictions: int,
+    masked_lm_prob: float,
+    whole_word: bool,
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """Mask (N, T) rows of token ids; returns the google-research/bert masked-LM features."""
+    n, t = tokens.shape
+    candidate = ~tables.is_special[tokens]  # (N, T)
+    n_candidates = candidate.sum(axis=1)
+    budget = np.minimum(max_predictions, np.maximum(1, np.rint(n_candidates * masked_lm_prob)))
+    budget = np.minimum(budget, n_candidates).astype(np.int64)
+
+    # A random score per word, shared by its pieces; non-candidates sort last.
+    words = word_ids(tokens, tables) if whole_word else np.broadcast_to(np.arange(t), (n, t))
+    score = np.take_along_axis(rng.random((n, t)), words, axis=1)
+    score[~candidate] = 2.0
+    order = np.argsort(score, axis=1, kind="stable")  # (N, T): pieces of a word stay adjacent
+
+    selected = np.zeros((n, t), bool)
+    if whole_word:
+        _choose_whole_words(order, words, budget, selected)
+    else:
+        first_k = np.arange(t)[None, :] < budget[:, None]
+        np.put_along_axis(selected, order, first_k, axis=1)
+
+    # 80 % [MASK], 10 % random token, 10 % unchanged.
+    u = rng.random((n, t))
+    random_tokens = tables.random_ids[rng.integers(0, len(tables.random_ids), (n, t))]
+    input_ids = np.where(selected & (u < 0.8), tables.mask_id, tokens)
+    input_ids = np.where(selected & (u >= 0.9), random_tokens, input_ids)
+
+    # Selected positions first, in increasing order (stable sort of "not selected").
+    positions = np.argsort(~selected, axis=1, kind="stable")[:, :max_predictions]
+    valid = np.arange(max_predictions)[None, :] < selected.sum(axis=1)[:, None]
+    positions = np.where(valid, positions, 0)
+    return {
+        "input_ids": input_ids.astype(np.int64),
+        "masked_lm_positions": positions.astype(np.int64),
+        "masked_lm_ids": np.where(valid, np.take_along_axis(tokens, positions, axis=1), 0).astype(np.int64),
+        "masked_lm_weights": valid.astype(np.float32),
+    }

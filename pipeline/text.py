@@ -1,0 +1,187 @@
+"""Pure text functions: bounded line reading, normalisation, documents, sentence splitting.
+
+Nothing here knows about Beam; the transforms in `build_corpus.py` call these and count what they
+report. Every function takes bytes or str and a `Counter` for what it repaired or skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import BinaryIO
+
+# C0 and C1 control characters except tab and newline (CR is turned into newline first).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_BOM = "\ufeff"
+
+# Sentence ends: Latin terminal punctuation (plus closing quotes) before whitespace; CJK and
+# full-width terminal punctuation anywhere, since CJK text does not put a space after it.
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’»)\]]*(?=\s)|[。！？｡．]+[」』）”’〕］)]*")
+
+# Characters that make a piece its own word for whole-word masking: unspaced scripts.
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
+
+SNIFF_BYTES = 8192
+BINARY_FRACTION = 0.10  # more than this share of bad characters in the first 8 KiB: not text
+
+
+def is_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None
+
+
+def looks_binary(head: bytes) -> bool:
+    """True for data that is not text: many NULs, controls or invalid UTF-8 in the first bytes.
+
+    A text file with a few stray NULs passes (they are stripped later); a gzip stream, an image or
+    an executable does not.
+    """
+    if not head:
+        return False
+    text = head.decode("utf-8", "replace")
+    bad = text.count("\ufffd") + len(_CONTROL.findall(text.replace("\r", "")))
+    return bad > BINARY_FRACTION * len(text)
+
+
+def iter_lines(f: BinaryIO, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:
+    """Lines without their newline, none longer than `max_line_bytes`.
+
+    A longer line (a 100 MB line without a newline) is cut into pieces at a UTF-8 character
+    boundary and counted as `repaired/long_line_split`, so memory stays bounded by the limit.
+    """
+    carry = b""
+    while True:
+        piece = f.readline(max_line_bytes - len(carry))
+        if not piece:
+            if carry:
+                yield carry
+            return
+        piece = carry + piece
+        carry = b""
+        if piece.endswith(b"\n"):
+            yield piece[:-1]
+            continue
+        if len(piece) < max_line_bytes:  # last line of the file, no newline
+            yield piece
+            continue
+        # Cut at a character boundary: back over UTF-8 continuation bytes (0b10xxxxxx).
+        cut = len(piece)
+        while cut > len(piece) - 4 and cut > 0 and (piece[cut - 1] & 0xC0) == 0x80:
+            cut -= 1
+        if cut > 0 and piece[cut - 1] >= 0xC0:  # a lead byte whose continuation is not here yet
+            cut -= 1
+        if cut <= 0:
+            cut = len(piece)
+        stats["repaired/long_line_split"] += 1
+        yield piece[:cut]
+        carry = piece[cut:]
+
+
+def decode_line(raw: bytes, stats: Counter) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats["repaired/invalid_utf8_line"] += 1
+        return raw.decode("utf-8", "replace")
+
+
+def normalize_line(line: str, stats: Counter) -> str:
+    """Strip a BOM, CR line ends and control characters (counted); keep everything else."""
+    if line.startswith(_BOM):
+        line = line[1:]
+        stats["repaired/bom"] += 1
+    if "\r" in line:
+        # A CRLF end leaves a trailing CR once the LF is split off; a lone CR is a line end of
+        # its own (old Mac files).
+        line = line.removesuffix("\r").replace("\r\n", "\n").replace("\r", "\n")
+    cleaned = _CONTROL.sub("", line)
+    if len(cleaned) != len(line):
+        stats["repaired/control_chars"] += 1
+    return cleaned
+
+
+def _split_long(text: str, max_chars: int, stats: Counter) -> Iterator[str]:
+    if len(text) <= max_chars:
+        yield text
+        return
+    stats["repaired/long_document_split"] += 1
+    for start in range(0, len(text), max_chars):
+        yield text[start : start + max_chars]
+
+
+def _finish(lines: list[str], max_chars: int, stats: Counter) -> Iterator[str]:
+    text = "\n".join(line for line in lines if line.strip())
+    if not text.strip():
+        stats["skipped/empty_document"] += 1
+        return
+    yield from _split_long(text, max_chars, stats)
+
+
+def text_documents(
+    raw_lines: Iterator[bytes], *, doc_per_file: bool, max_document_chars: int, stats: Counter
+) -> Iterator[str]:
+    """Documents from google-research/bert's text format: blank line between documents.
+
+    A document is its non-blank lines joined with "\\n"; each line is a sentence or a paragraph.
+    With `doc_per_file` the whole file is one document and blank lines only separate paragraphs.
+    """
+    lines: list[str] = []
+    size = 0
+    for raw in raw_lines:
+        for line in normalize_line(decode_line(raw, stats), stats).split("\n"):
+            if line.strip():
+                if lines and size + len(line) > max_document_chars:  # bound a document's memory
+                    stats["repaired/long_document_split"] += 1
+                    yield from _finish(lines, max_document_chars, stats)
+                    lines, size = [], 0
+                lines.append(line)
+                size += len(line) + 1
+            elif not doc_per_file and lines:
+                yield from _finish(lines, max_document_chars, stats)
+                lines, size = [], 0
+    if lines:
+        yield from _finish(lines, max_document_chars, stats)
+
+
+def jsonl_documents(
+    raw_lines: Iterator[bytes], *, text_field: str, max_document_chars: int, stats: Counter
+) -> Iterator[str]:
+    """One document per JSON line, its text in `text_field`; bad lines are skipped and counted."""
+    for raw in raw_lines:
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(decode_line(raw, stats))
+        except ValueError:
+            stats["skipped/jsonl_malformed_line"] += 1
+            continue
+        value = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(value, str):
+            stats["skipped/jsonl_missing_text_field"] += 1
+            continue
+        yield from field_document(value, max_document_chars=max_document_chars, stats=stats)
+
+
+def field_document(value: str, *, max_document_chars: int, stats: Counter) -> Iterator[str]:
+    """A document held in one field (jsonl, tfds): normalised, paragraphs kept as lines."""
+    lines = normalize_line(value, stats).split("\n")
+    yield from _finish(lines, max_document_chars, stats)
+
+
+def split_sentences(line: str) -> list[str]:
+    """Sentences of one line; CJK text splits at 。！？ even without a following space."""
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(line):
+        sentence = line[start : match.end()].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = match.end()
+    rest = line[start:].strip()
+    if rest:
+        sentences.append(rest)
+    return sentences
+
+
+def document_sentences(document: str) -> list[str]:
+    return [s for line in document.split("\n") for s in split_sentences(line)]

@@ -1,0 +1,73 @@
+"""Shared fixtures: real corpora fetched by the project's own script, a vocab trained on real text,
+and corpus builds shared by several tests (each build is a real DirectRunner run)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("BERTBEAM_DATA", REPO / "data"))
+
+
+@pytest.fixture(scope="session")
+def botchan() -> Path:
+    from pipeline.fetch_corpora import botchan as fetch
+
+    return fetch(DATA)
+
+
+@pytest.fixture(scope="session")
+def python_docs() -> Path:
+    from pipeline.fetch_corpora import python_docs as fetch
+
+    return fetch(DATA)
+
+
+@pytest.fixture(scope="session")
+def botchan_vocab(botchan, tmp_path_factory) -> Path:
+    """A 1000-piece sentencepiece model trained on Botchan with BERT's specials."""
+    from pipeline.text import document_sentences, normalize_line
+    from pipeline.vocab import train_sentencepiece
+    from collections import Counter
+
+    text = normalize_line(botchan.read_text(encoding="utf-8"), Counter())
+    model = train_sentencepiece(document_sentences(text), vocab_size=1000, model_type="unigram")
+    path = tmp_path_factory.mktemp("vocab") / "botchan.model"
+    path.write_bytes(model)
+    return path
+
+
+def build(output: Path, *args: str) -> dict:
+    """Run the real corpus pipeline (DirectRunner) and return its manifest."""
+    import json
+
+    from pipeline import build_corpus
+
+    build_corpus.run(["--output", str(output), *args])
+    return json.loads((output / "manifest.json").read_text())
+
+
+def read_records(output: Path, split: str = "train") -> dict:
+    """Every record of a split, parsed with the schema's fixed-length spec, stacked as numpy."""
+    import json
+
+    import numpy as np
+    import tensorflow as tf
+
+    from pipeline.schema import parsing_spec
+
+    manifest = json.loads((output / "manifest.json").read_text())
+    seq_len, max_predictions = manifest["build"]["seq_len"], manifest["build"]["max_predictions"]
+    files = [str(output / s["file"]) for s in manifest["splits"][split]["shards"]]
+    spec = parsing_spec(seq_len, max_predictions)
+    rows = {name: [] for name in spec}
+    for record in tf.data.TFRecordDataset(files):
+        parsed = tf.io.parse_single_example(record, spec)
+        for name, value in parsed.items():
+            rows[name].append(value.numpy())
+    return {name: np.stack(values) if values else np.zeros((0,)) for name, values in rows.items()}

@@ -1,0 +1,133 @@
+"""Each Beam stage on its own: TestPipeline + assert_that with literal expectations."""
+
+import gzip
+from collections import Counter
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import build_corpus as bc
+from pipeline.config import CorpusConfig
+from pipeline.vocab import Vocab
+
+
+def cfg(**overrides) -> CorpusConfig:
+    return CorpusConfig(**{"input_patterns": ("unused",), "output_dir": "unused", "vocab_size": 100, **overrides})
+
+
+def test_read_documents_text_format_with_stats(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbfAlpha one.\r\nAlpha two.\r\n\r\nBeta \x00one.\n")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"Gamma caf\xe9.\n\n\n"))
+    (tmp_path / "c.txt").write_bytes(b"  \n\t\n")
+    with TestPipeline() as p:
+        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*.txt"), str(tmp_path / "*.gz"))))
+        assert_that(out.docs, equal_to(["Alpha one.\nAlpha two.", "Beta one.", "Gamma caf\ufffd."]))
+        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        assert_that(
+            stats,
+            equal_to(
+                [
+                    {
+                        "input/files": 3,
+                        "input/documents": 3,
+                        "repaired/bom": 1,
+                        "repaired/control_chars": 1,
+                        "repaired/invalid_utf8_line": 1,
+                        "skipped/empty_file": 1,
+                    }
+                ]
+            ),
+            label="stats",
+        )
+
+
+def test_read_documents_skips_binary_and_truncated_files_when_asked(tmp_path):
+    (tmp_path / "good.txt").write_text("Good text.\n")
+    (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
+    (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(b"Lost line.\n" * 1000)[:60])
+    with TestPipeline() as p:
+        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),), on_bad_file="skip"))
+        assert_that(out.docs, equal_to(["Good text."]))
+        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        assert_that(
+            stats | beam.Map(lambda s: {k: v for k, v in s.items() if k.startswith("skipped")}),
+            equal_to([{"skipped/bad_file_binary": 1, "skipped/bad_file_unreadable": 1}]),
+            label="stats",
+        )
+
+
+def test_read_documents_fails_on_a_binary_file_by_default(tmp_path):
+    (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
+    with pytest.raises(Exception, match=r"archive\.txt: looks binary"):
+        with TestPipeline() as p:
+            _ = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),)))
+
+
+def test_jsonl_documents(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"body": "One."}\n{"body": "Two.\\nMore."}\nnot json\n{"x": 1}\n')
+    with TestPipeline() as p:
+        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "d.jsonl"),), format="jsonl", text_field="body"))
+        assert_that(out.docs, equal_to(["One.", "Two.\nMore."]))
+
+
+def test_deduplicate_documents_counts_copies():
+    with TestPipeline() as p:
+        out = p | beam.Create(["same", "other", "same", "same"]) | bc.DeduplicateDocuments()
+        assert_that(out.docs, equal_to([(bc.content_key("same"), "same"), (bc.content_key("other"), "other")]))
+        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        assert_that(stats, equal_to([{"skipped/duplicate_document": 2}]), label="stats")
+
+
+def test_train_vocab_is_deterministic_with_special_ids(botchan, tmp_path):
+    lines = [line for line in botchan.read_text(encoding="utf-8").splitlines() if line.strip()][:800]
+    config = cfg(vocab_size=300, vocab_sample_sentences=500)
+    models = []
+    for i, order in enumerate((lines, lines[::-1])):  # sample and order must not follow input order
+        path = tmp_path / f"{i}.model"
+        with TestPipeline() as p:
+            model = p | beam.Create([(bc.content_key(s), s) for s in order]) | bc.TrainVocab(config)
+            model | beam.Map(path.write_bytes)
+        models.append(path.read_bytes())
+    assert models[0] == models[1]
+    vocab = Vocab(models[0])
+    assert vocab.special_ids == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    assert vocab.size == 300
+    # [MASK] in the text is text, not the mask token (control symbols are never matched).
+    assert 4 not in vocab.encode(["a [MASK] here"])[0]
+
+
+def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
+    model = botchan_vocab.read_bytes()
+    vocab = Vocab(model)
+    doc = "It was fine. Then it rained!\nA new line"
+    expected = vocab.encode(["It was fine.", "Then it rained!", "A new line"])
+    key = bc.content_key(doc)
+    with TestPipeline() as p:
+        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([model]))
+        out = (
+            p
+            | beam.Create([(key, doc)])
+            | beam.ParDo(bc.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs("stats", main="docs")
+        )
+        assert_that(
+            out.docs | beam.Map(lambda sd: (sd[0], sd[1].key, [s.tolist() for s in sd[1].sentences()])),
+            equal_to([("train", key, expected)]),
+        )
+
+
+def test_plan_scales_groups_and_shards_with_tokens():
+    config = cfg(seq_len=7, max_predictions=3, dupe_factor=3, records_per_shard=10, group_tokens=100)
+    plan = bc.make_plan({"train": 250, "validation": 9}, config)
+    # 250 tokens / 5 per row = 50 rows x 3 dupes = 150 -> 15 shards; 250 // 100 = 2 groups.
+    assert plan["train"] == {"tokens": 250, "groups": 2, "shards": 15, "dupes": 3}
+    assert plan["validation"] == {"tokens": 9, "groups": 1, "shards": 1, "dupes": 1}
+    assert bc.make_plan({}, config)["validation"]["shards"] == 0
+
+
+def test_split_is_by_document_hash_and_near_the_fraction():
+    keys = [bc.content_key(f"doc {i}") for i in range(20_000)]
+    held_out = sum(bc.split_of(k, 0.1) == "validation" for k in keys) / len(keys)
+    assert held_out == pytest.approx(0.1, abs=0.01)
+    assert Counter(bc.split_of(k, 0.0) for k in keys) == Counter({"train": 20_000})
