@@ -185,6 +185,7 @@ class ReadTfdsDocuments(beam.PTransform):
         return (
             pipeline
             | "ReadFromTFDS" >> tfds.beam.ReadFromTFDS(builder, split=self._cfg.tfds_split)
+            | "AsNumpy" >> beam.Map(tfds.as_numpy)
             | "ExtractText" >> beam.ParDo(_ExtractField(self._cfg)).with_outputs("stats", main="docs")
         )
 
@@ -297,7 +298,9 @@ class TrainVocab(beam.PTransform):
             | "Train"
             >> beam.Map(
                 lambda sample: train_sentencepiece(
-                    [s for _, s in sample], vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type
+                    [s for _, s in sample],
+                    vocab_size=cfg.vocab_size,
+                    model_type=cfg.vocab_model_type,
                 )
             )
         )
@@ -373,7 +376,11 @@ class CreateGroupInstances(beam.DoFn):
     def _tables(self, model_bytes):
         if self._loaded is None or self._loaded[0] != model_bytes:
             vocab = Vocab(model_bytes)
-            ids = SpecialIds(pad=vocab.special_ids["pad"], cls=vocab.special_ids["cls"], sep=vocab.special_ids["sep"])
+            ids = SpecialIds(
+                pad=vocab.special_ids["pad"],
+                cls=vocab.special_ids["cls"],
+                sep=vocab.special_ids["sep"],
+            )
             self._loaded = (model_bytes, MaskingTables.from_vocab(vocab), ids)
         return self._loaded[1], self._loaded[2]
 
@@ -393,7 +400,9 @@ class CreateGroupInstances(beam.DoFn):
             sort_keys = rng.integers(0, 2**63, size=n, dtype=np.int64).tolist()
             for r in range(n):
                 record = schema.serialize_example(
-                    {name: values[r] for name, values in rows.items()}, cfg.seq_len, cfg.max_predictions
+                    {name: values[r] for name, values in rows.items()},
+                    cfg.seq_len,
+                    cfg.max_predictions,
                 )
                 by_shard.setdefault(sort_keys[r] % split_plan["shards"], []).append((sort_keys[r], record))
             real = int(rows["input_mask"].sum())
@@ -492,8 +501,10 @@ class WriteShards(beam.PTransform):
 
     def expand(self, records):
         # Every shard gets a file, also one that no record hashed to.
-        seeds = records.pipeline | "ShardSeed" >> beam.Create([None]) | "AllShards" >> beam.FlatMap(
-            lambda _, plan: _all_shard_keys(plan), plan=self._plan
+        seeds = (
+            records.pipeline
+            | "ShardSeed" >> beam.Create([None])
+            | "AllShards" >> beam.FlatMap(lambda _, plan: _all_shard_keys(plan), plan=self._plan)
         )
         return (
             (records, seeds)
@@ -535,7 +546,11 @@ def build_manifest(cfg: CorpusConfig, shards: list[dict], stats: dict, vocab_inf
         # Where the corpus lives is not a property of it: a moved or copied corpus stays valid.
         "build": {k: v for k, v in cfg.to_json_dict().items() if k != "output_dir"},
         "vocab": vocab_info,
-        "input": {**by_prefix("input"), "skipped": by_prefix("skipped"), "repaired": by_prefix("repaired")},
+        "input": {
+            **by_prefix("input"),
+            "skipped": by_prefix("skipped"),
+            "repaired": by_prefix("repaired"),
+        },
         "splits": splits,
     }
 
@@ -571,9 +586,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, vocab_bytes: bytes | Non
     model_si = beam.pvalue.AsSingleton(model)
     vocab_info = model | "WriteVocab" >> beam.Map(_write_vocab, cfg.output_dir, vocab_bytes is None)
 
-    tokenized = unique.docs | "TokenizeDocuments" >> beam.ParDo(TokenizeDocuments(cfg), model_si).with_outputs(
-        "stats", main="docs"
-    )
+    tokenized = unique.docs | "TokenizeDocuments" >> beam.ParDo(
+        TokenizeDocuments(cfg), model_si
+    ).with_outputs("stats", main="docs")
     plan = (
         tokenized.docs
         | "TokensPerDoc" >> beam.Map(lambda sd: (sd[0], len(sd[1].tokens)))

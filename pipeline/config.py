@@ -43,7 +43,10 @@ class CorpusConfig:
             if not ok:
                 raise ValueError(message)
 
-        need(self.format in ("text", "jsonl", "tfds"), f"--format: expected text|jsonl|tfds, found {self.format}")
+        need(
+            self.format in ("text", "jsonl", "tfds"),
+            f"--format: expected text|jsonl|tfds, found {self.format}",
+        )
         if self.format == "tfds":
             need(bool(self.tfds_name), "--format tfds needs --tfds_name")
         else:
@@ -52,19 +55,31 @@ class CorpusConfig:
             (self.vocab is None) != (self.vocab_size is None),
             "give exactly one of --vocab PATH.model or --vocab_size N",
         )
-        need(self.vocab_size is None or self.vocab_size >= 16, f"--vocab_size: expected >= 16, found {self.vocab_size}")
-        need(self.seq_len >= 5, f"--seq_len: expected >= 5 ([CLS] A [SEP] B [SEP]), found {self.seq_len}")
+        need(
+            self.vocab_size is None or self.vocab_size >= 16,
+            f"--vocab_size: expected >= 16, found {self.vocab_size}",
+        )
+        need(
+            self.seq_len >= 5,
+            f"--seq_len: expected >= 5 ([CLS] A [SEP] B [SEP]), found {self.seq_len}",
+        )
         need(
             1 <= self.max_predictions <= self.seq_len,
             f"--max_predictions: expected 1..{self.seq_len}, found {self.max_predictions}",
         )
-        need(0.0 < self.masked_lm_prob < 1.0, f"--masked_lm_prob: expected in (0, 1), found {self.masked_lm_prob}")
+        need(
+            0.0 < self.masked_lm_prob < 1.0,
+            f"--masked_lm_prob: expected in (0, 1), found {self.masked_lm_prob}",
+        )
         need(self.mode in ("full_sentences", "segment_pair"), f"--mode: unknown {self.mode}")
         if self.mode == "segment_pair":
             need(self.pair_task in ("nsp", "sop"), "--mode segment_pair needs --nsp or --sop")
         else:
             need(self.pair_task is None, f"--{self.pair_task} needs --mode segment_pair")
-        need(0.0 <= self.short_seq_prob <= 1.0, f"--short_seq_prob: expected in [0, 1], found {self.short_seq_prob}")
+        need(
+            0.0 <= self.short_seq_prob <= 1.0,
+            f"--short_seq_prob: expected in [0, 1], found {self.short_seq_prob}",
+        )
         need(self.dupe_factor >= 1, f"--dupe_factor: expected >= 1, found {self.dupe_factor}")
         need(
             0.0 <= self.validation_fraction < 1.0,
@@ -74,7 +89,10 @@ class CorpusConfig:
         need(self.records_per_shard >= 1, "--records_per_shard: expected >= 1")
         need(self.max_line_bytes >= 16, "--max_line_bytes: expected >= 16")
         need(self.max_document_chars >= 16, "--max_document_chars: expected >= 16")
-        need(self.on_bad_file in ("fail", "skip"), f"--on_bad_file: expected fail|skip, found {self.on_bad_file}")
+        need(
+            self.on_bad_file in ("fail", "skip"),
+            f"--on_bad_file: expected fail|skip, found {self.on_bad_file}",
+        )
 
     def to_json_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -33,8 +33,19 @@ def botchan(dest: str | Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             BOTCHAN_SDIST, "-d", tmp],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                BOTCHAN_SDIST,
+                "-d",
+                tmp,
+            ],
             check=True,
         )
         (sdist,) = glob.glob(f"{tmp}/sentencepiece-*.tar.gz")
@@ -55,7 +66,9 @@ def python_docs(dest: str | Path) -> Path:
     if shutil.which("apt-get") is None:
         raise RuntimeError("python_docs needs apt-get (Debian/Ubuntu); use botchan elsewhere")
     with tempfile.TemporaryDirectory() as tmp:
-        download = subprocess.run(["apt-get", "download", PYTHON_DOCS_DEB], cwd=tmp, capture_output=True, text=True)
+        download = subprocess.run(
+            ["apt-get", "download", PYTHON_DOCS_DEB], cwd=tmp, capture_output=True, text=True
+        )
         if download.returncode != 0:  # package lists not fetched yet on a fresh machine
             subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
             subprocess.run(["apt-get", "download", PYTHON_DOCS_DEB], cwd=tmp, check=True, capture_output=True)
@@ -73,7 +86,9 @@ FETCHERS = {"botchan": botchan, "python_docs": python_docs}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.fetch_corpora", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.fetch_corpora", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--dest", default="data")
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(FETCHERS)} (default: all)")
     args = parser.parse_args(argv)

@@ -41,10 +41,7 @@ def word_ids(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
     prev = np.zeros_like(tokens)  # [PAD] before the first token: always a boundary
     prev[:, 1:] = tokens[:, :-1]
     boundary = (
-        tables.starts_word[tokens]
-        | tables.is_cjk[tokens]
-        | tables.is_cjk[prev]
-        | tables.is_special[prev]
+        tables.starts_word[tokens] | tables.is_cjk[tokens] | tables.is_cjk[prev] | tables.is_special[prev]
     )
     boundary[:, 0] = True
     return np.cumsum(boundary, axis=1) - 1

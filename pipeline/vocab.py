@@ -22,9 +22,7 @@ class VocabError(ValueError):
     """A vocabulary that cannot serve BERT pretraining."""
 
 
-def train_sentencepiece(
-    sentences: Iterable[str], *, vocab_size: int, model_type: str
-) -> bytes:
+def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int, model_type: str) -> bytes:
     """A serialized sentencepiece model trained on `sentences` (in the order given).
 
     [PAD]=0 and [UNK]=1 are sentencepiece's own pad/unk; [CLS], [SEP], [MASK] are control symbols

@@ -31,9 +31,10 @@ def python_docs() -> Path:
 @pytest.fixture(scope="session")
 def botchan_vocab(botchan, tmp_path_factory) -> Path:
     """A 1000-piece sentencepiece model trained on Botchan with BERT's specials."""
+    from collections import Counter
+
     from pipeline.text import document_sentences, normalize_line
     from pipeline.vocab import train_sentencepiece
-    from collections import Counter
 
     text = normalize_line(botchan.read_text(encoding="utf-8"), Counter())
     model = train_sentencepiece(document_sentences(text), vocab_size=1000, model_type="unigram")

@@ -3,7 +3,13 @@
 import numpy as np
 
 from pipeline.config import CorpusConfig
-from pipeline.instances import SpecialIds, TokenizedDoc, build_pairs, create_instances, pack_full_sentences
+from pipeline.instances import (
+    SpecialIds,
+    TokenizedDoc,
+    build_pairs,
+    create_instances,
+    pack_full_sentences,
+)
 from pipeline.masking import MaskingTables
 
 IDS = SpecialIds(pad=0, cls=2, sep=3)
@@ -51,7 +57,9 @@ def test_segment_pair_layout_and_lengths():
 def test_nsp_random_next_comes_from_another_document():
     rng = np.random.default_rng(1)
     docs = [doc(k, *[[10 * k + i] for i in range(6)]) for k in range(1, 5)]
-    tokens, _, _, labels = build_pairs(docs, [0, 1, 2, 3], seq_len=9, short_seq_prob=0.0, task="nsp", rng=rng, ids=IDS)
+    tokens, _, _, labels = build_pairs(
+        docs, [0, 1, 2, 3], seq_len=9, short_seq_prob=0.0, task="nsp", rng=rng, ids=IDS
+    )
     assert 0 < labels.sum() < len(labels)
     for row, label in zip(tokens, labels[:, 0], strict=True):
         real = row[row != 0]
@@ -90,7 +98,9 @@ def test_create_instances_returns_every_schema_feature_with_static_shapes():
 
     is_special = np.zeros(37, bool)
     is_special[:5] = True
-    tables = MaskingTables(is_special, np.ones(37, bool), np.zeros(37, bool), 4, np.arange(5, 37, dtype=np.int32))
+    tables = MaskingTables(
+        is_special, np.ones(37, bool), np.zeros(37, bool), 4, np.arange(5, 37, dtype=np.int32)
+    )
     cfg = CorpusConfig(input_patterns=("x",), output_dir="o", vocab_size=37, seq_len=7, max_predictions=5)
     docs = [doc(k, list(range(5 + k, 5 + k + 9))) for k in range(3)]
     rows = create_instances(docs, cfg=cfg, tables=tables, ids=IDS, rng=np.random.default_rng(0))

@@ -87,7 +87,7 @@ def test_whole_word_masks_every_piece_of_a_chosen_word():
         row = [CLS]
         while len(row) < 12:
             row += [int(rng.integers(5, 21))] + rng.integers(21, V, int(rng.integers(0, 3))).tolist()
-        rows.append((row[:12] + [SEP]))
+        rows.append(row[:12] + [SEP])
     rows = np.array(rows)
     t = tables()
     out = mask_rows(rows, tables=t, max_predictions=5, masked_lm_prob=0.4, whole_word=True, rng=rng)
@@ -102,9 +102,21 @@ def test_whole_word_masks_every_piece_of_a_chosen_word():
 
 def test_same_seed_same_masks():
     rows = np.random.default_rng(4).integers(5, V, (7, 13))
-    a = mask_rows(rows, tables=tables(), max_predictions=5, masked_lm_prob=0.15, whole_word=True,
-                  rng=np.random.default_rng(9))
-    b = mask_rows(rows, tables=tables(), max_predictions=5, masked_lm_prob=0.15, whole_word=True,
-                  rng=np.random.default_rng(9))
+    a = mask_rows(
+        rows,
+        tables=tables(),
+        max_predictions=5,
+        masked_lm_prob=0.15,
+        whole_word=True,
+        rng=np.random.default_rng(9),
+    )
+    b = mask_rows(
+        rows,
+        tables=tables(),
+        max_predictions=5,
+        masked_lm_prob=0.15,
+        whole_word=True,
+        rng=np.random.default_rng(9),
+    )
     for name in a:
         assert (a[name] == b[name]).all()

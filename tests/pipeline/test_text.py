@@ -41,7 +41,10 @@ def test_a_100_mb_line_streams_in_bounded_memory(tmp_path):
     total = 0
     with open(path, "rb") as f:
         for doc in text.text_documents(
-            text.iter_lines(f, 1 << 20, stats), doc_per_file=False, max_document_chars=1 << 20, stats=stats
+            text.iter_lines(f, 1 << 20, stats),
+            doc_per_file=False,
+            max_document_chars=1 << 20,
+            stats=stats,
         ):
             documents += 1
             total += len(doc)
@@ -75,7 +78,14 @@ def test_invalid_utf8_is_replaced_and_counted():
 
 def test_text_documents_blank_line_separates_and_crlf_is_handled():
     stats = Counter()
-    raw = [b"\xef\xbb\xbfFirst doc line one.\r", b"line two.\r", b"\r", b"  \t ", b"Second doc.", b""]
+    raw = [
+        b"\xef\xbb\xbfFirst doc line one.\r",
+        b"line two.\r",
+        b"\r",
+        b"  \t ",
+        b"Second doc.",
+        b"",
+    ]
     docs = list(text.text_documents(iter(raw), doc_per_file=False, max_document_chars=1000, stats=stats))
     assert docs == ["First doc line one.\nline two.", "Second doc."]
     assert stats["repaired/bom"] == 1
@@ -99,7 +109,14 @@ def test_long_document_is_split_and_counted():
 
 def test_jsonl_skips_malformed_and_missing_field_lines():
     stats = Counter()
-    raw = [b'{"text": "Good one."}', b"{not json", b'{"body": "no text field"}', b'{"text": 7}', b"", b'["list"]']
+    raw = [
+        b'{"text": "Good one."}',
+        b"{not json",
+        b'{"body": "no text field"}',
+        b'{"text": 7}',
+        b"",
+        b'["list"]',
+    ]
     docs = list(text.jsonl_documents(iter(raw), text_field="text", max_document_chars=1000, stats=stats))
     assert docs == ["Good one."]
     assert stats == Counter({"skipped/jsonl_malformed_line": 1, "skipped/jsonl_missing_text_field": 3})
@@ -112,7 +129,12 @@ def test_whitespace_only_field_document_is_skipped():
 
 
 def test_sentence_split_latin_and_cjk():
-    assert text.split_sentences('He said "Go." Then left! Why? ok') == ['He said "Go."', "Then left!", "Why?", "ok"]
+    assert text.split_sentences('He said "Go." Then left! Why? ok') == [
+        'He said "Go."',
+        "Then left!",
+        "Why?",
+        "ok",
+    ]
     assert text.split_sentences("version 3.11 is out") == ["version 3.11 is out"]
     assert text.split_sentences("今日は晴れです。明日は雨？「はい。」そうです") == [
         "今日は晴れです。",

@@ -14,7 +14,9 @@ from pipeline.vocab import Vocab
 
 
 def cfg(**overrides) -> CorpusConfig:
-    return CorpusConfig(**{"input_patterns": ("unused",), "output_dir": "unused", "vocab_size": 100, **overrides})
+    return CorpusConfig(
+        **{"input_patterns": ("unused",), "output_dir": "unused", "vocab_size": 100, **overrides}
+    )
 
 
 def test_read_documents_text_format_with_stats(tmp_path):
@@ -68,14 +70,19 @@ def test_read_documents_fails_on_a_binary_file_by_default(tmp_path):
 def test_jsonl_documents(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"body": "One."}\n{"body": "Two.\\nMore."}\nnot json\n{"x": 1}\n')
     with TestPipeline() as p:
-        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "d.jsonl"),), format="jsonl", text_field="body"))
+        out = p | bc.ReadDocuments(
+            cfg(input_patterns=(str(tmp_path / "d.jsonl"),), format="jsonl", text_field="body")
+        )
         assert_that(out.docs, equal_to(["One.", "Two.\nMore."]))
 
 
 def test_deduplicate_documents_counts_copies():
     with TestPipeline() as p:
         out = p | beam.Create(["same", "other", "same", "same"]) | bc.DeduplicateDocuments()
-        assert_that(out.docs, equal_to([(bc.content_key("same"), "same"), (bc.content_key("other"), "other")]))
+        assert_that(
+            out.docs,
+            equal_to([(bc.content_key("same"), "same"), (bc.content_key("other"), "other")]),
+        )
         stats = out.stats | beam.CombineGlobally(bc.SumCounters())
         assert_that(stats, equal_to([{"skipped/duplicate_document": 2}]), label="stats")
 
@@ -109,7 +116,9 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
         out = (
             p
             | beam.Create([(key, doc)])
-            | beam.ParDo(bc.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs("stats", main="docs")
+            | beam.ParDo(bc.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
+                "stats", main="docs"
+            )
         )
         assert_that(
             out.docs | beam.Map(lambda sd: (sd[0], sd[1].key, [s.tolist() for s in sd[1].sentences()])),

@@ -1,0 +1,608 @@
+"""The whole corpus pipeline on real text, run by Beam's real DirectRunner, read back with TF."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import build_corpus, text
+from pipeline.schema import FEATURES, feature_lengths
+from pipeline.vocab import Vocab
+from tests.conftest import REPO, build, read_records
+
+SEQ_LEN, MAX_PRED = 64, 9  # small and unlike the defaults, so a default leaking through fails
+
+
+@pytest.fixture(scope="module")
+def docs_input(python_docs) -> str:
+    return str(python_docs / "library" / "a*.rst.txt")
+
+
+@pytest.fixture(scope="module")
+def docs_corpus(docs_input, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("docs_corpus")
+    build(
+        out,
+        "--input",
+        docs_input,
+        "--vocab_size",
+        "1500",
+        "--seq_len",
+        str(SEQ_LEN),
+        "--max_predictions",
+        str(MAX_PRED),
+        "--dupe_factor",
+        "2",
+        "--num_shards",
+        "3",
+        "--validation_fraction",
+        "0.1",
+    )
+    return out
+
+
+def expected_documents(files: list[Path], **kwargs) -> list[str]:
+    """The distinct documents the reader should produce, in file order (dedup keeps first)."""
+    stats = Counter()
+    seen, docs = set(), []
+    for path in files:
+        with open(path, "rb") as f:
+            for doc in text.text_documents(
+                text.iter_lines(f, 1 << 20, stats),
+                max_document_chars=1 << 20,
+                stats=stats,
+                **kwargs,
+            ):
+                if doc not in seen:
+                    seen.add(doc)
+                    docs.append(doc)
+    return docs
+
+
+def unmasked(rows: dict) -> np.ndarray:
+    """input_ids with masked_lm_ids put back at masked_lm_positions (weight-1 entries only)."""
+    ids = rows["input_ids"].copy()
+    valid = rows["masked_lm_weights"] > 0
+    for r in range(len(ids)):
+        n = valid[r].sum()
+        ids[r, rows["masked_lm_positions"][r, :n]] = rows["masked_lm_ids"][r, :n]
+    return ids
+
+
+def pieces_of(rows: dict) -> list[np.ndarray]:
+    """Unmask every row, then cut it into its documents' pieces (no [CLS], [SEP] or padding)."""
+    pieces = []
+    for row, docs in zip(unmasked(rows), rows["document_ids"], strict=True):
+        for d in np.unique(docs[docs > 0]):
+            piece = row[docs == d]
+            pieces.append(piece[(piece != 2) & (piece != 3)])
+    return pieces
+
+
+def assert_covers(pieces: list[np.ndarray], documents: list[list[int]], dupes: int):
+    """Every piece is a contiguous run of one document, and the pieces hold each token exactly
+    `dupes` times: no document lost, none invented, order kept."""
+    sentinel = np.array([-1], np.int32)
+    corpus = np.concatenate([np.concatenate([np.array(d, np.int32), sentinel]) for d in documents])
+    blob = corpus.tobytes()
+    for piece in pieces:
+        needle = piece.astype(np.int32).tobytes()
+        at = blob.find(needle)
+        while at >= 0 and at % 4:
+            at = blob.find(needle, at + 1)
+        assert at >= 0, f"a row holds tokens that no document has in that order: {piece[:12]}"
+    found = Counter(np.concatenate(pieces).tolist()) if pieces else Counter()
+    want = Counter()
+    for d in documents:
+        want.update(d)
+    assert found == Counter({t: n * dupes for t, n in want.items()})
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_manifest_records_build_vocab_and_counts(docs_corpus):
+    manifest = json.loads((docs_corpus / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1
+    assert manifest["build"]["seq_len"] == SEQ_LEN and manifest["build"]["max_predictions"] == MAX_PRED
+    vocab = Vocab((docs_corpus / "vocab.model").read_bytes())
+    assert manifest["vocab"]["sha256"] == vocab.sha256
+    assert manifest["vocab"]["special_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    assert manifest["vocab"]["size"] == vocab.size == 1500
+    train, validation = manifest["splits"]["train"], manifest["splits"]["validation"]
+    assert [s["file"] for s in train["shards"]] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert sum(s["records"] for s in train["shards"]) == train["instances"] > 1000
+    assert validation["instances"] > 0 and validation["documents"] > 0
+    # Packing fills rows: only the last row of each packing group and dupe is padded.
+    assert train["padding_fraction"] < 0.01
+    assert manifest["input"]["skipped"]["duplicate_document"] > 0  # reST repeats short paragraphs
+    assert manifest["input"]["documents"] == (
+        train["documents"] + validation["documents"] + manifest["input"]["skipped"]["duplicate_document"]
+    )
+    assert sorted(p.name for p in docs_corpus.iterdir()) == sorted(
+        ["manifest.json", "vocab.model"] + [s["file"] for s in train["shards"] + validation["shards"]]
+    )
+
+
+def test_every_record_parses_with_static_shapes(docs_corpus):
+    manifest = json.loads((docs_corpus / "manifest.json").read_text())
+    for split in ("train", "validation"):
+        rows = read_records(docs_corpus, split)
+        n = manifest["splits"][split]["instances"]
+        for name, length in feature_lengths(SEQ_LEN, MAX_PRED).items():
+            assert rows[name].shape == (n, length), name
+        assert int(rows["input_mask"].sum()) == manifest["splits"][split]["real_tokens"]
+        assert int(rows["masked_lm_weights"].sum()) == manifest["splits"][split]["masked_tokens"]
+    assert {f.name for f in FEATURES} == set(rows)
+
+
+def test_masking_rules_hold_on_real_text(docs_corpus):
+    rows = read_records(docs_corpus, "train")
+    special = [0, 1, 2, 3, 4]
+    valid = rows["masked_lm_weights"] > 0
+    n_valid = valid.sum(axis=1)
+    # Weights are 1 exactly on the first n positions, which are strictly increasing; padding is 0.
+    assert (valid == (np.arange(MAX_PRED)[None] < n_valid[:, None])).all()
+    for pos, n in zip(rows["masked_lm_positions"], n_valid, strict=True):
+        assert np.all(np.diff(pos[:n]) > 0) and not pos[n:].any()
+    assert not rows["masked_lm_ids"][~valid].any()
+    assert not np.isin(rows["masked_lm_ids"][valid], special).any()  # specials never masked
+    # The rate: round(candidates * 0.15), capped at max_predictions.
+    candidates = (~np.isin(unmasked(rows), special)).sum(axis=1)
+    budget = np.minimum(MAX_PRED, np.maximum(1, np.rint(candidates * 0.15)))
+    assert (n_valid == budget).all()
+    shown = np.take_along_axis(rows["input_ids"], rows["masked_lm_positions"], axis=1)[valid]
+    original = rows["masked_lm_ids"][valid]
+    assert len(shown) > 5000
+    assert (shown == 4).mean() == pytest.approx(0.8, abs=0.02)
+    kept = (shown == original).mean()
+    assert kept == pytest.approx(0.1, abs=0.02)
+    assert 1 - (shown == 4).mean() - kept == pytest.approx(0.1, abs=0.02)
+
+
+def test_unmasking_recovers_the_tokenized_documents(docs_corpus, docs_input):
+    vocab = Vocab((docs_corpus / "vocab.model").read_bytes())
+    files = sorted(Path(p) for p in __import__("glob").glob(docs_input))
+    by_split = {"train": [], "validation": []}
+    for doc in expected_documents(files, doc_per_file=False):
+        tokens = [t for ids in vocab.encode(text.document_sentences(doc)) for t in ids]
+        if tokens:
+            by_split[build_corpus.split_of(build_corpus.content_key(doc), 0.1)].append(tokens)
+    for split, dupes in (("train", 2), ("validation", 1)):
+        assert_covers(pieces_of(read_records(docs_corpus, split)), by_split[split], dupes)
+
+
+def test_same_seed_same_bytes_for_1_or_2_workers_and_any_file_order(docs_corpus, docs_input, tmp_path):
+    files = sorted(__import__("glob").glob(docs_input))
+    reordered = ",".join(reversed(files))  # other input order, listed file by file
+    common = [
+        "--vocab_size",
+        "1500",
+        "--seq_len",
+        str(SEQ_LEN),
+        "--max_predictions",
+        str(MAX_PRED),
+        "--dupe_factor",
+        "2",
+        "--num_shards",
+        "3",
+        "--validation_fraction",
+        "0.1",
+    ]
+    build(
+        tmp_path / "two",
+        "--input",
+        docs_input,
+        *common,
+        "--direct_num_workers",
+        "2",
+        "--direct_running_mode",
+        "multi_processing",
+    )
+    build(tmp_path / "reordered", "--input", reordered, *common)
+    reference = {p.name: p.read_bytes() for p in docs_corpus.iterdir()}
+    for other in ("two", "reordered"):
+        got = {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()}
+        assert sorted(got) == sorted(reference)
+        for name in reference:
+            if name == "manifest.json" and other == "reordered":
+                a, b = json.loads(got[name]), json.loads(reference[name])
+                a["build"]["input_patterns"] = b["build"]["input_patterns"]  # listed, not globbed
+                assert a == b
+            else:
+                assert got[name] == reference[name], f"{other}/{name} differs"
+
+
+def test_another_seed_gives_other_masks(docs_input, tmp_path, docs_corpus):
+    build(
+        tmp_path / "seed",
+        "--input",
+        docs_input,
+        "--vocab",
+        str(docs_corpus / "vocab.model"),
+        "--seq_len",
+        str(SEQ_LEN),
+        "--max_predictions",
+        str(MAX_PRED),
+        "--dupe_factor",
+        "1",
+        "--seed",
+        "7",
+        "--validation_fraction",
+        "0.1",
+    )
+    a = read_records(tmp_path / "seed", "validation")
+    b = read_records(docs_corpus, "validation")
+    assert a["input_mask"].sum() == b["input_mask"].sum()  # same documents
+    assert not np.array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
+
+
+def test_segment_pair_nsp_with_whole_word_masking(python_docs, botchan_vocab, tmp_path):
+    out = tmp_path / "nsp"
+    manifest = build(
+        out,
+        "--input",
+        str(python_docs / "library" / "c*.rst.txt"),
+        "--doc_per_file",
+        "--vocab",
+        str(botchan_vocab),
+        "--mode",
+        "segment_pair",
+        "--nsp",
+        "--whole_word_mask",
+        "--seq_len",
+        "48",
+        "--max_predictions",
+        "7",
+        "--dupe_factor",
+        "1",
+        "--validation_fraction",
+        "0",
+    )
+    rows = read_records(out, "train")
+    labels = rows["next_sentence_labels"][:, 0]
+    assert 0.35 < labels.mean() < 0.65
+    assert manifest["splits"]["train"]["next_sentence_label_1"] == labels.sum()
+    vocab = Vocab(botchan_vocab.read_bytes())
+    from pipeline.masking import MaskingTables, word_ids
+
+    tables = MaskingTables.from_vocab(vocab)
+    ids = unmasked(rows)
+    words = word_ids(ids, tables)
+    for r in range(len(ids)):
+        real = ids[r][rows["input_mask"][r] > 0]
+        seps = np.flatnonzero(real == 3)
+        assert real[0] == 2 and len(seps) == 2 and seps[-1] == len(real) - 1
+        assert (rows["segment_ids"][r][seps[0] + 1 : len(real)] == 1).all()
+        chosen = set(rows["masked_lm_positions"][r][rows["masked_lm_weights"][r] > 0].tolist())
+        for w in np.unique(words[r][list(chosen)]):
+            assert set(np.flatnonzero(words[r] == w).tolist()) <= chosen  # whole words only
+
+
+def test_segment_pair_sop_on_botchan(botchan, botchan_vocab, tmp_path):
+    out = tmp_path / "sop"
+    build(
+        out,
+        "--input",
+        str(botchan),
+        "--vocab",
+        str(botchan_vocab),
+        "--mode",
+        "segment_pair",
+        "--sop",
+        "--seq_len",
+        "40",
+        "--max_predictions",
+        "6",
+        "--dupe_factor",
+        "1",
+        "--validation_fraction",
+        "0",
+    )
+    rows = read_records(out, "train")
+    labels = rows["next_sentence_labels"][:, 0]
+    assert len(labels) > 500 and 0.4 < labels.mean() < 0.6
+
+
+def nasty_corpus(folder: Path) -> list[str]:
+    """Files a real crawl contains; returns the valid documents, normalised, that must survive."""
+    folder.mkdir()
+    (folder / "bom_crlf.txt").write_bytes(
+        b"\xef\xbb\xbfWindows line one.\r\nWindows line two.\r\n\r\nOld Mac.\rLine two.\r"
+    )
+    (folder / "bad_utf8_nul.txt").write_bytes(
+        b"Caf\xe9 au lait.\nNUL\x00 inside.\n\nEmoji \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd ok.\n"
+    )
+    (folder / "scripts.txt").write_text(
+        "שלום עולם. مرحبا بالعالم.\n\n東京は晴れです。大阪は雨です。\n\n" + "x" * 3000 + " long word.\n"
+    )
+    long_line = "The same words again and again " * 72_000  # ~2.2 MB, no newline: 3 pieces
+    (folder / "long_line.txt").write_text(long_line)
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "blank.txt").write_bytes(b"   \n\t\n\r\n")
+    (folder / "archive.txt").write_bytes(gzip.compress(b"compressed but named .txt " * 400))
+    cut = gzip.compress("".join(f"Cut short {i}. " for i in range(5000)).encode())
+    (folder / "cut.txt.gz").write_bytes(cut[: len(cut) // 2])
+    (folder / "dup.txt").write_text("Windows line one.\nWindows line two.\n")
+    piece = build_corpus.CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=100).max_line_bytes
+    pieces = [long_line.encode()[i : i + piece].decode() for i in range(0, len(long_line.encode()), piece)]
+    return [
+        "Windows line one.\nWindows line two.",
+        "Old Mac.\nLine two.",
+        "Caf\ufffd au lait.\nNUL inside.",
+        "Emoji 👍🏽 ok.",
+        "שלום עולם. مرحبا بالعالم.",
+        "東京は晴れです。大阪は雨です。",
+        "x" * 3000 + " long word.",
+        *pieces,
+    ]
+
+
+def test_nasty_inputs_complete_and_keep_every_valid_document(tmp_path, botchan_vocab):
+    expected = nasty_corpus(tmp_path / "nasty")
+    out = tmp_path / "out"
+    manifest = build(
+        out,
+        "--input",
+        str(tmp_path / "nasty" / "*"),
+        "--vocab",
+        str(botchan_vocab),
+        "--on_bad_file",
+        "skip",
+        "--seq_len",
+        "96",
+        "--max_predictions",
+        "5",
+        "--dupe_factor",
+        "1",
+        "--validation_fraction",
+        "0",
+    )
+    assert manifest["input"]["skipped"] == {
+        "bad_file_binary": 1,
+        "bad_file_unreadable": 1,
+        "duplicate_document": 1,
+        "empty_file": 2,
+    }
+    repaired = manifest["input"]["repaired"]
+    assert repaired["bom"] == 1 and repaired["invalid_utf8_line"] == 1 and repaired["control_chars"] == 1
+    assert repaired["long_line_split"] == len(expected) - 7 - 1
+    vocab = Vocab(botchan_vocab.read_bytes())
+    documents = [[t for ids in vocab.encode(text.document_sentences(d)) for t in ids] for d in expected]
+    assert_covers(pieces_of(read_records(out, "train")), documents, dupes=1)
+
+
+def test_jsonl_bz2_input(tmp_path, botchan_vocab):
+    import bz2
+
+    (tmp_path / "in").mkdir()
+    lines = [json.dumps({"text": f"Document number {i}. It has two sentences."}) for i in range(40)]
+    (tmp_path / "in" / "a.jsonl.bz2").write_bytes(
+        bz2.compress(("\n".join(lines + ["{broken"]) + "\n").encode())
+    )
+    manifest = build(
+        tmp_path / "out",
+        "--input",
+        str(tmp_path / "in" / "*.jsonl.bz2"),
+        "--format",
+        "jsonl",
+        "--vocab",
+        str(botchan_vocab),
+        "--seq_len",
+        "16",
+        "--max_predictions",
+        "3",
+        "--dupe_factor",
+        "1",
+    )
+    assert manifest["input"]["documents"] == 40
+    assert manifest["input"]["skipped"] == {"jsonl_malformed_line": 1}
+    assert manifest["splits"]["train"]["documents"] + manifest["splits"]["validation"]["documents"] == 40
+
+
+TFDS_BUILDER = """
+import sys
+import tensorflow_datasets as tfds
+
+paragraphs = [p for p in open(sys.argv[1], encoding="utf-8").read().split("\\n") if len(p) > 40][:60]
+
+
+class TinyBooks(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        features = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+        return tfds.core.DatasetInfo(builder=self, features=features)
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i, p in enumerate(paragraphs):
+            yield i, {"text": p}
+
+
+TinyBooks(data_dir=sys.argv[2]).download_and_prepare()
+print(len(paragraphs))
+"""
+
+
+def test_tfds_input(tmp_path, botchan_vocab, botchan):
+    # Prepared in another process, as a user's dataset is: this process reads it from its files.
+    data_dir = tmp_path / "tfds"
+    made = subprocess.run(
+        [sys.executable, "-c", TFDS_BUILDER, str(botchan), str(data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    paragraphs = int(made.stdout.strip().splitlines()[-1])
+    manifest = build(
+        tmp_path / "out",
+        "--format",
+        "tfds",
+        "--tfds_name",
+        "tiny_books",
+        "--tfds_data_dir",
+        str(data_dir),
+        "--vocab",
+        str(botchan_vocab),
+        "--seq_len",
+        "32",
+        "--max_predictions",
+        "5",
+        "--dupe_factor",
+        "1",
+    )
+    assert paragraphs == 60
+    assert manifest["input"]["documents"] == paragraphs
+    assert manifest["splits"]["train"]["instances"] > 0
+
+
+def test_dataflow_job_builds_with_our_labelled_stages():
+    """Beam builds the whole Dataflow job without submitting it (no cloud account here)."""
+    result = build_corpus.run(
+        [
+            "--input",
+            "gs://my-bucket/in/*.txt",
+            "--output",
+            "gs://my-bucket/out",
+            "--vocab_size",
+            "8000",
+            "--runner",
+            "DataflowRunner",
+            "--dry_run=True",
+            "--no_auth",
+            "--project",
+            "test-project",
+            "--region",
+            "us-central1",
+            "--temp_location",
+            "gs://my-bucket/tmp",
+            "--staging_location",
+            "gs://my-bucket/staging",
+            "--sdk_location",
+            "container",
+        ]
+    )
+    names = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
+    for stage in (
+        "ReadDocuments",
+        "DeduplicateDocuments",
+        "TrainVocab",
+        "TokenizeDocuments",
+        "PlanGroups",
+        "CreateInstances",
+        "WriteShards",
+        "WriteManifest",
+    ):
+        assert stage in names
+    assert "CreateInstances/PackAndMask" in names and "WriteShards/WriteShard" in names
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.build_corpus", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
+    no_match = run_cli(
+        "--input",
+        str(tmp_path / "nothing*.txt"),
+        "--output",
+        str(tmp_path / "o"),
+        "--vocab_size",
+        "50",
+    )
+    assert no_match.returncode == 2
+    assert (
+        no_match.stderr.strip().splitlines()[-1] == f"error: --input {tmp_path}/nothing*.txt: no files match"
+    )
+
+    both = run_cli(
+        "--input",
+        str(botchan),
+        "--output",
+        str(tmp_path / "o"),
+        "--vocab_size",
+        "50",
+        "--vocab",
+        "x.model",
+    )
+    assert both.returncode == 2
+    assert (
+        both.stderr.strip().splitlines()[-1]
+        == "error: give exactly one of --vocab PATH.model or --vocab_size N"
+    )
+
+    import sentencepiece as spm
+
+    plain = tmp_path / "plain.model"  # sentencepiece's defaults: <unk> <s> </s>, no BERT specials
+    spm.SentencePieceTrainer.train(
+        input=str(botchan), model_prefix=str(plain)[:-6], vocab_size=200, minloglevel=2
+    )
+    wrong = run_cli("--input", str(botchan), "--output", str(tmp_path / "o"), "--vocab", str(plain))
+    assert wrong.returncode == 2
+    assert (
+        wrong.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: --vocab {plain}: vocab lacks the special piece [PAD]")
+    )
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "data.txt").write_bytes(gzip.compress(b"zip " * 1000))
+    binary = run_cli(
+        "--input",
+        str(tmp_path / "bin" / "*"),
+        "--output",
+        str(tmp_path / "o"),
+        "--vocab_size",
+        "50",
+    )
+    assert binary.returncode == 2
+    last = binary.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"error: {tmp_path}/bin/data.txt: looks binary, not UTF-8 text; remove it or pass --on_bad_file=skip"
+    )
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+def test_rebuild_with_fewer_shards_leaves_no_stale_shard(tmp_path, botchan, botchan_vocab):
+    common = [
+        "--input",
+        str(botchan),
+        "--vocab",
+        str(botchan_vocab),
+        "--dupe_factor",
+        "1",
+        "--seq_len",
+        "32",
+        "--max_predictions",
+        "5",
+        "--validation_fraction",
+        "0",
+    ]
+    build(tmp_path, *common, "--num_shards", "4")
+    manifest = build(tmp_path, *common, "--num_shards", "2")
+    assert sorted(p.name for p in tmp_path.glob("train-*")) == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+    assert not (tmp_path / "_tmp").exists()
+    assert (
+        sum(s["records"] for s in manifest["splits"]["train"]["shards"])
+        == manifest["splits"]["train"]["instances"]
+    )
