@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import gzip
 import hashlib
+import heapq
 import json
 import logging
 import sys
@@ -363,10 +364,12 @@ def make_plan(token_totals: dict, cfg: CorpusConfig) -> dict:
 
 
 class CreateGroupInstances(beam.DoFn):
-    """((split, group), docs) -> ((split, shard), [(sort key, serialized example)]) and stats.
+    """((split, group), docs) -> ((split, shard), part file) per shard, and stats.
 
-    One numpy pass per dupe over the whole group: pack or pair, then mask, then serialize. The
-    sort key (a seeded hash) both shuffles globally and picks the shard.
+    One numpy pass per dupe over the whole group: pack or pair, then mask, then serialize. A seeded
+    sort key per record both shuffles globally and picks the shard. Records leave this step in
+    sorted part files (one per shard), not through the shuffle: the shuffle then carries file
+    names, so no runner holds the records in memory, and each shard is a streaming merge.
     """
 
     def __init__(self, cfg: CorpusConfig):
@@ -398,22 +401,39 @@ class CreateGroupInstances(beam.DoFn):
             rows = create_instances(docs, cfg=cfg, tables=tables, ids=ids, rng=rng)
             n = len(rows["input_ids"])
             sort_keys = rng.integers(0, 2**63, size=n, dtype=np.int64).tolist()
-            for r in range(n):
-                record = schema.serialize_example(
-                    {name: values[r] for name, values in rows.items()},
-                    cfg.seq_len,
-                    cfg.max_predictions,
-                )
-                by_shard.setdefault(sort_keys[r] % split_plan["shards"], []).append((sort_keys[r], record))
+            records = schema.serialize_examples(rows, cfg.seq_len, cfg.max_predictions)
+            for sort_key, record in zip(sort_keys, records, strict=True):
+                by_shard.setdefault(sort_key % split_plan["shards"], []).append((sort_key, record))
             real = int(rows["input_mask"].sum())
             stats[f"{split}/instances"] += n
             stats[f"{split}/real_tokens"] += real
             stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
             stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
             stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
-        for shard, records in by_shard.items():
-            yield (split, shard), records
+        for shard, records in sorted(by_shard.items()):
+            path = f"{cfg.output_dir}/{TMP_DIR}/parts/{split}-{shard:05d}-g{group:05d}.tfrecord"
+            write_part(path, sorted(records))  # rewritten identically if the bundle is retried
+            yield (split, shard), path
         yield beam.pvalue.TaggedOutput("stats", _count(stats))
+
+
+def write_part(path: str, keyed_records) -> None:
+    """A part file: each record is its 8-byte big-endian sort key followed by the example."""
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+    with tf.io.TFRecordWriter(path) as writer:
+        for key, record in keyed_records:
+            writer.write(key.to_bytes(8, "big") + record)
+
+
+def read_part(path: str):
+    import tensorflow as tf
+
+    # Batched: tf.data's per-element Python overhead (~100 us) would dominate the merge.
+    for batch in tf.data.TFRecordDataset(path, buffer_size=1 << 20).batch(4096).as_numpy_iterator():
+        for raw in batch:
+            yield int.from_bytes(raw[:8], "big"), raw[8:]
 
 
 def _group_of(split_doc, plan):
@@ -422,7 +442,7 @@ def _group_of(split_doc, plan):
 
 
 class CreateInstances(beam.PTransform):
-    """(split, TokenizedDoc) -> ((split, shard), records) for every shard, empty ones included."""
+    """(split, TokenizedDoc) -> ((split, shard), part file) for every part, and stats."""
 
     def __init__(self, cfg: CorpusConfig, model_bytes, plan):
         super().__init__()
@@ -462,7 +482,7 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 
 class WriteShard(beam.DoFn):
-    """((split, shard), [record lists]) -> one TFRecord file, records in sort-key order.
+    """((split, shard), part files) -> one TFRecord file: the parts merged in sort-key order.
 
     Written under _tmp/ and renamed into place, so a killed run leaves no partial shard under a
     final name. (Beam's WriteToTFRecord assigns records to shards by arrival, which would break
@@ -475,22 +495,26 @@ class WriteShard(beam.DoFn):
     def process(self, keyed, plan):
         import tensorflow as tf
 
-        (split, shard), record_lists = keyed
-        records = sorted(r for records in record_lists for r in records)
+        (split, shard), paths = keyed
+        parts = sorted({p for p in paths if p is not None})
         name = shard_name(split, shard, plan[split]["shards"])
         tmp = f"{self._output_dir}/{TMP_DIR}/{name}"
         tf.io.gfile.makedirs(f"{self._output_dir}/{TMP_DIR}")
+        records = 0
         with tf.io.TFRecordWriter(tmp) as writer:
-            for _, record in records:
+            for _, record in heapq.merge(*(read_part(p) for p in parts)):
                 writer.write(record)
+                records += 1
         tf.io.gfile.rename(tmp, f"{self._output_dir}/{name}", overwrite=True)
+        for part in parts:
+            tf.io.gfile.remove(part)
         Metrics.counter("bertbeam", "shards_written").inc()
-        log.info("wrote %s (%d records)", name, len(records))
-        yield {"split": split, "file": name, "records": len(records)}
+        log.info("wrote %s (%d records from %d parts)", name, records, len(parts))
+        yield {"split": split, "file": name, "records": records}
 
 
 def _all_shard_keys(plan):
-    return [((split, s), []) for split in schema.SPLITS for s in range(plan[split]["shards"])]
+    return [((split, s), None) for split in schema.SPLITS for s in range(plan[split]["shards"])]
 
 
 class WriteShards(beam.PTransform):

@@ -32,7 +32,7 @@ class CorpusConfig:
     num_shards: int = 0  # train shards; 0 = one per records_per_shard estimated instances
     num_validation_shards: int = 0  # validation shards; 0 = automatic as above
     records_per_shard: int = 20_000  # target for automatic shard counts (bounds a shard's memory)
-    group_tokens: int = 1 << 20  # tokens per packing group: bounds a worker's memory per step
+    group_tokens: int = 1 << 19  # tokens per packing group: bounds a worker's memory per step
     max_line_bytes: int = 1 << 20  # longer lines are cut into pieces of this size (and counted)
     max_document_chars: int = 1 << 20  # longer documents are split (and counted)
     on_bad_file: Literal["fail", "skip"] = "fail"  # unreadable or binary file: stop, or skip and count

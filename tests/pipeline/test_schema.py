@@ -78,3 +78,31 @@ def test_read_manifest_errors_name_the_path(tmp_path):
         schema.read_manifest(str(tmp_path))
     (tmp_path / "manifest.json").write_text(json.dumps(manifest()))
     assert schema.read_manifest(str(tmp_path))["build"]["seq_len"] == 7
+
+
+def test_fast_encoder_matches_protobuf_deterministic_bytes():
+    from tensorflow.core.example import example_pb2
+
+    rng = np.random.default_rng(0)
+    n = 17
+    rows = {}
+    for name, length in schema.feature_lengths(7, 3).items():
+        # Values across every varint width, 0 and 2**62 included.
+        rows[name] = rng.integers(0, 2 ** rng.integers(1, 63, (n, length)), dtype=np.int64)
+    rows["input_ids"][0] = [0, 1, 127, 128, 16383, 16384, 2**62]
+    rows["masked_lm_weights"] = rng.random((n, 3)).astype(np.float32)
+    got = schema.serialize_examples(rows, 7, 3)
+    for r in range(n):
+        example = example_pb2.Example()
+        for f in schema.FEATURES:
+            target = example.features.feature[f.name]
+            values = rows[f.name][r].tolist()
+            (target.int64_list if f.dtype == "int64" else target.float_list).value.extend(values)
+        assert got[r] == example.SerializeToString(deterministic=True)
+
+
+def test_fast_encoder_refuses_negative_ints():
+    bad = {name: values[None] for name, values in arrays().items()}
+    bad["input_ids"] = -bad["input_ids"]
+    with pytest.raises(ValueError, match="feature input_ids: negative values"):
+        schema.serialize_examples(bad, 7, 3)
