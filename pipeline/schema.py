@@ -58,16 +58,17 @@ def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns (data, lengths): each row's bytes back to back in `data`, and bytes per row.
     """
-    v = values.astype(np.uint64)
-    n_bytes = np.ones(v.shape, np.int64)
-    for k in range(1, 10):
-        n_bytes += v >= np.uint64(1) << np.uint64(7 * k)
-    k = np.arange(n_bytes.max(initial=1), dtype=np.uint64)  # (K,)
-    groups = (v[..., None] >> (np.uint64(7) * k)) & np.uint64(0x7F)  # (N, L, K)
-    more = k[None, None, :] < (n_bytes[..., None] - 1).astype(np.uint64)  # continuation bit
-    out = (groups | (more * np.uint64(0x80))).astype(np.uint8)
-    present = k[None, None, :] < n_bytes[..., None].astype(np.uint64)
-    return out[present], n_bytes.sum(axis=1)
+    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
+    dtype = np.uint32 if width <= 4 else np.uint64  # token ids fit 32 bits: half the traffic
+    v = values.astype(dtype)
+    n_bytes = np.ones(v.shape, np.uint8)
+    for k in range(1, width):
+        n_bytes += v >= dtype(1) << dtype(7 * k)
+    k = np.arange(width, dtype=dtype)  # (K,)
+    groups = ((v[..., None] >> (dtype(7) * k)) & dtype(0x7F)).astype(np.uint8)  # (N, L, K)
+    groups |= (k < n_bytes[..., None] - 1).astype(np.uint8) << 7  # continuation bit
+    present = k < n_bytes[..., None]
+    return groups[present], n_bytes.sum(axis=1, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -80,6 +81,20 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _entry_prefix(name: str, kind: bytes, packed_bytes: int) -> bytes:
+    """The bytes of one feature-map entry up to its packed values (cached per packed length)."""
+    key = b"\x0a" + _varint(len(name)) + name.encode()  # entry.key = 1
+    values_header = b"\x0a" + _varint(packed_bytes)  # Int64List/FloatList.value = 1, packed
+    feature_header = kind + _varint(len(values_header) + packed_bytes)  # Feature.<kind>
+    feature_bytes = len(feature_header) + len(values_header) + packed_bytes
+    value_header = b"\x12" + _varint(feature_bytes)  # entry.value = 2
+    entry_bytes = len(key) + len(value_header) + feature_bytes
+    return (
+        b"\x0a" + _varint(entry_bytes) + key + value_header + feature_header + values_header
+    )  # Features.feature = 1
+
+
 def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> list[bytes]:
     """Serialized `tf.train.Example`s, one per row of the (N, length) arrays in `rows`.
 
@@ -90,7 +105,7 @@ def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predict
     """
     lengths = feature_lengths(seq_len, max_predictions)
     n = None
-    encoded = []  # per feature, sorted by name: (entry prefix, packed data, row offsets)
+    columns = []  # per feature, sorted by name: (name, kind, packed data, row offsets)
     for f in sorted(FEATURES, key=lambda f: f.name):
         values = np.asarray(rows[f.name])
         if values.ndim != 2 or values.shape[1] != lengths[f.name]:
@@ -107,18 +122,15 @@ def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predict
             row_bytes = np.full(len(values), 4 * values.shape[1])
             kind = b"\x12"  # Feature.float_list = 2
         offsets = np.concatenate([[0], np.cumsum(row_bytes)]).tolist()
-        key = b"\x0a" + _varint(len(f.name)) + f.name.encode()
-        encoded.append((key, kind, data.tobytes(), offsets))
+        columns.append((f.name, kind, data.tobytes(), offsets))
     examples = []
     for r in range(n or 0):
-        entries = []
-        for key, kind, data, offsets in encoded:
-            packed = data[offsets[r] : offsets[r + 1]]
-            value_list = b"\x0a" + _varint(len(packed)) + packed  # Int64List/FloatList.value = 1
-            feature = kind + _varint(len(value_list)) + value_list
-            entry = key + b"\x12" + _varint(len(feature)) + feature  # map entry: key = 1, value = 2
-            entries.append(b"\x0a" + _varint(len(entry)) + entry)  # Features.feature = 1
-        body = b"".join(entries)
+        parts = []
+        for name, kind, data, offsets in columns:
+            start, end = offsets[r], offsets[r + 1]
+            parts.append(_entry_prefix(name, kind, end - start))
+            parts.append(data[start:end])
+        body = b"".join(parts)
         examples.append(b"\x0a" + _varint(len(body)) + body)  # Example.features = 1
     return examples
 

@@ -562,6 +562,15 @@ def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
         .startswith(f"error: --vocab {plain}: vocab lacks the special piece [PAD]")
     )
 
+    threads = run_cli("--input", str(botchan), "--output", str(tmp_path / "o"), "--vocab_size", "50",
+                      "--direct_running_mode", "multi_threading")  # fmt: skip
+    assert threads.returncode == 2
+    assert (
+        threads.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: --direct_running_mode multi_threading loses")
+    )
+
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "data.txt").write_bytes(gzip.compress(b"zip " * 1000))
     binary = run_cli(
