@@ -674,9 +674,7 @@ def _parser() -> argparse.ArgumentParser:
         default = f.default
         if isinstance(default, bool):
             parser.add_argument(f"--{name}", action="store_true", help=f"(default {default})")
-        elif name in ("vocab_size", "num_shards", "num_validation_shards"):
-            parser.add_argument(f"--{name}", type=int, default=default)
-        elif isinstance(default, int):
+        elif name == "vocab_size" or isinstance(default, int):
             parser.add_argument(f"--{name}", type=int, default=default)
         elif isinstance(default, float):
             parser.add_argument(f"--{name}", type=float, default=default)
