@@ -57,17 +57,20 @@ def read_records(output: Path, split: str = "train") -> dict:
     """Every record of a split, parsed with the schema's fixed-length spec, stacked as numpy."""
     import json
 
+    manifest = json.loads((output / "manifest.json").read_text())
+    files = [output / s["file"] for s in manifest["splits"][split]["shards"]]
+    return parse_files(files, manifest["build"]["seq_len"], manifest["build"]["max_predictions"])
+
+
+def parse_files(files: list[Path], seq_len: int, max_predictions: int) -> dict:
     import numpy as np
     import tensorflow as tf
 
     from pipeline.schema import parsing_spec
 
-    manifest = json.loads((output / "manifest.json").read_text())
-    seq_len, max_predictions = manifest["build"]["seq_len"], manifest["build"]["max_predictions"]
-    files = [str(output / s["file"]) for s in manifest["splits"][split]["shards"]]
     spec = parsing_spec(seq_len, max_predictions)
     rows = {name: [] for name in spec}
-    for record in tf.data.TFRecordDataset(files):
+    for record in tf.data.TFRecordDataset([str(f) for f in files]):
         parsed = tf.io.parse_single_example(record, spec)
         for name, value in parsed.items():
             rows[name].append(value.numpy())

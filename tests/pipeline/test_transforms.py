@@ -140,3 +140,48 @@ def test_split_is_by_document_hash_and_near_the_fraction():
     held_out = sum(bc.split_of(k, 0.1) == "validation" for k in keys) / len(keys)
     assert held_out == pytest.approx(0.1, abs=0.01)
     assert Counter(bc.split_of(k, 0.0) for k in keys) == Counter({"train": 20_000})
+
+
+def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
+    """Three tiny documents -> packed, masked rows in every planned shard, nothing lost."""
+    import numpy as np
+
+    from pipeline.instances import TokenizedDoc
+    from tests.conftest import parse_files
+
+    model = botchan_vocab.read_bytes()
+    docs = [
+        TokenizedDoc(11, np.array([100, 101, 102, 103, 104], np.int32), np.array([2, 3], np.int32)),
+        TokenizedDoc(22, np.array([200, 201, 202], np.int32), np.array([3], np.int32)),
+        TokenizedDoc(33, np.array([300, 301, 302, 303, 304, 305, 306], np.int32), np.array([7], np.int32)),
+    ]
+    config = cfg(output_dir=str(tmp_path), seq_len=7, max_predictions=2, dupe_factor=1, num_shards=2)
+    plan = {
+        "train": {"tokens": 15, "groups": 1, "shards": 2, "dupes": 1},
+        "validation": {"tokens": 0, "groups": 1, "shards": 0, "dupes": 1},
+    }
+    with TestPipeline() as p:
+        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([model]))
+        plan_si = beam.pvalue.AsSingleton(p | "Plan" >> beam.Create([plan]))
+        made = p | beam.Create([("train", d) for d in docs]) | bc.CreateInstances(config, model_si, plan_si)
+        written = made.records | bc.WriteShards(str(tmp_path), plan_si)
+        assert_that(
+            written | beam.Map(lambda s: s["file"]),
+            equal_to(["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]),
+        )
+        stats = made.stats | beam.CombineGlobally(bc.SumCounters())
+        # 15 tokens + 3 [SEP] = 18 -> 3 rows of 6 after [CLS]; real tokens 18 + 3 [CLS].
+        assert_that(
+            stats | beam.Map(lambda s: (s["train/documents"], s["train/instances"], s["train/real_tokens"])),
+            equal_to([(3, 3, 21)]),
+            label="stats",
+        )
+    rows = parse_files(sorted(tmp_path.glob("train-*.tfrecord")), seq_len=7, max_predictions=2)
+    ids = rows["input_ids"].copy()
+    for r, (positions, originals, weights) in enumerate(
+        zip(rows["masked_lm_positions"], rows["masked_lm_ids"], rows["masked_lm_weights"], strict=True)
+    ):
+        ids[r, positions[weights > 0]] = originals[weights > 0]  # padding predictions point at 0
+    stream = sorted(ids[rows["input_mask"] > 0].tolist())
+    assert stream == sorted([2] * 3 + [3] * 3 + [t for d in docs for t in d.tokens.tolist()])
+    assert not (tmp_path / "_tmp" / "parts").exists() or not list((tmp_path / "_tmp" / "parts").iterdir())
