@@ -18,7 +18,7 @@ else
 BEAM_ARGS = --runner $(RUNNER)
 endif
 
-.PHONY: setup test test-slow lint format corpus data bench-corpus clean
+.PHONY: setup test test-slow lint format corpus data bench-corpus bench-input clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,9 @@ corpus: $(STAMP)
 
 bench-corpus: $(STAMP)
 	$(BIN)/python bench/corpus.py
+
+bench-input: $(STAMP)
+	$(BIN)/python bench/input.py
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache

@@ -75,3 +75,20 @@ def parse_files(files: list[Path], seq_len: int, max_predictions: int) -> dict:
         for name, value in parsed.items():
             rows[name].append(value.numpy())
     return {name: np.stack(values) if values else np.zeros((0,)) for name, values in rows.items()}
+
+
+@pytest.fixture(scope="session")
+def small_corpus(python_docs, botchan_vocab, tmp_path_factory) -> Path:
+    """A real corpus for the reader and model tests: Python docs, seq_len 32, 5 predictions, 4 shards."""
+    out = tmp_path_factory.mktemp("small_corpus")
+    build(
+        out,
+        "--input", str(python_docs / "library" / "b*.rst.txt"),
+        "--vocab", str(botchan_vocab),
+        "--seq_len", "32",
+        "--max_predictions", "5",
+        "--dupe_factor", "1",
+        "--num_shards", "4",
+        "--validation_fraction", "0.1",
+    )  # fmt: skip
+    return out

@@ -1,0 +1,266 @@
+"""The tf.data input function: corpus shards -> static-shape batches that `model.fit` consumes.
+
+    ds = make_dataset("out/corpus/train-*", manifest=read_manifest("out/corpus"),
+                      per_replica_batch_size=32, training=True, seed=1)
+
+Elements are `(features, labels, sample_weights)`:
+  features        input_ids, input_mask, segment_ids, document_ids (B, T); masked_lm_positions (B, P)
+  labels          {"mlm": masked_lm_ids (B, P)}, plus {"nsp": next_sentence_labels (B, 1)} for pairs
+  sample_weights  {"mlm": masked_lm_weights (B, P)}, plus {"nsp": ones (B,)}
+Every shape is fully defined: TPUs (and XLA generally) compile one program per shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline import schema
+
+FEATURE_INPUTS = ("input_ids", "input_mask", "segment_ids", "document_ids", "masked_lm_positions")
+
+
+class InputError(ValueError):
+    """The data cannot feed this model; the message is one line naming the cause."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+    """What drawing a fresh mask in the graph needs from the vocab (see `from_vocab_file`)."""
+
+    mask_id: int
+    is_special: tuple[bool, ...]  # per token id: never masked, never drawn as a random token
+    starts_word: tuple[bool, ...] | None  # per token id; None: mask single pieces
+    masked_lm_prob: float = 0.15
+
+    @classmethod
+    def from_vocab_file(cls, path: str, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
+        from pipeline.masking import MaskingTables
+        from pipeline.vocab import Vocab
+
+        with tf.io.gfile.GFile(path, "rb") as f:
+            tables = MaskingTables.from_vocab(Vocab(f.read()))
+        # A CJK piece is a word of its own, and so is the piece after one (as the corpus builder).
+        starts = tables.starts_word | tables.is_cjk
+        return cls(
+            mask_id=tables.mask_id,
+            is_special=tuple(tables.is_special.tolist()),
+            starts_word=tuple(starts.tolist()) if whole_word else None,
+            masked_lm_prob=masked_lm_prob,
+        )
+
+
+def check_manifest_for(manifest: Mapping, *, seq_len: int, max_predictions: int, vocab_sha256: str | None):
+    try:
+        schema.check_manifest(
+            manifest, seq_len=seq_len, max_predictions=max_predictions, vocab_sha256=vocab_sha256
+        )
+    except schema.ManifestError as e:
+        raise InputError(str(e)) from None
+
+
+def list_files(file_pattern: str, input_context: tf.distribute.InputContext | None) -> list[str]:
+    """The shards this input pipeline reads: all of them, or its share on a pod / multi-worker."""
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise InputError(f"{file_pattern}: no files match")
+    if input_context is None or input_context.num_input_pipelines == 1:
+        return files
+    n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
+    if len(files) < n:
+        raise InputError(
+            f"{file_pattern}: {len(files)} shards for {n} input pipelines; rebuild with --num_shards >= {n}"
+        )
+    return files[i::n]
+
+
+def make_dataset(
+    file_pattern: str,
+    *,
+    manifest: Mapping,
+    per_replica_batch_size: int,
+    training: bool,
+    seed: int,
+    input_context: tf.distribute.InputContext | None = None,
+    dynamic_masking: DynamicMasking | None = None,
+    expected_seq_len: int | None = None,
+    expected_max_predictions: int | None = None,
+    expected_vocab_sha256: str | None = None,
+    shuffle_buffer: int = 10_000,
+    cycle_length: int = 8,
+) -> tf.data.Dataset:
+    """A dataset of static-shape batches for `model.fit`; see the module docstring.
+
+    The manifest is checked first (schema version, seq_len, max_predictions, vocab hash), so a
+    mismatch is a one-line `InputError`, not a parse failure in the first step. Deterministic for
+    a given seed; its iterator can be saved with `tf.train.Checkpoint(iterator=...)`.
+    """
+    build = manifest.get("build", {})
+    seq_len = expected_seq_len or build.get("seq_len")
+    max_predictions = expected_max_predictions or build.get("max_predictions")
+    check_manifest_for(
+        manifest, seq_len=seq_len, max_predictions=max_predictions, vocab_sha256=expected_vocab_sha256
+    )
+    pairs = build.get("mode") == "segment_pair"
+    files = list_files(file_pattern, input_context)
+    spec = schema.parsing_spec(seq_len, max_predictions)
+
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(
+        _read_file,
+        cycle_length=min(cycle_length, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if training:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
+    # error), hence drop_remainder=True.
+    ds = ds.batch(per_replica_batch_size, drop_remainder=True)
+    ds = ds.map(
+        lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    if dynamic_masking is not None:
+        ds = ds.enumerate().map(
+            lambda step, batch: remask(batch, dynamic_masking, max_predictions, seed=(seed, step)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    ds = ds.map(
+        lambda batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _read_file(path):
+    return tf.data.TFRecordDataset(path, buffer_size=1 << 20)
+
+
+def _parse(records, spec):
+    parsed = tf.io.parse_example(records, spec)
+    # tf.train.Example stores int64; TPUs (and GPU kernels) want int32, and ids fit.
+    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
+
+
+def _to_keras(batch, pairs: bool):
+    features = {name: batch[name] for name in FEATURE_INPUTS}
+    labels = {"mlm": batch["masked_lm_ids"]}
+    weights = {"mlm": batch["masked_lm_weights"]}
+    if pairs:
+        labels["nsp"] = batch["next_sentence_labels"]
+        weights["nsp"] = tf.ones(tf.shape(batch["next_sentence_labels"])[:1], tf.float32)
+    return features, labels, weights
+
+
+def unmask(batch) -> tf.Tensor:
+    """The original tokens: masked_lm_ids put back at masked_lm_positions where the weight is 1."""
+    seq_len = batch["input_ids"].shape[-1]
+    hit = tf.one_hot(batch["masked_lm_positions"], seq_len, dtype=tf.int32)  # (B, P, T)
+    hit *= tf.cast(batch["masked_lm_weights"] > 0, tf.int32)[..., None]
+    restored = tf.reduce_sum(hit * batch["masked_lm_ids"][..., None], axis=1)  # (B, T)
+    return tf.where(tf.reduce_sum(hit, axis=1) > 0, restored, batch["input_ids"])
+
+
+def remask(batch, masking: DynamicMasking, max_predictions: int, seed) -> dict:
+    """A fresh BERT mask for a parsed batch, in the graph, static shapes (RoBERTa's dynamic masking).
+
+    Same rules as the corpus builder: round(candidates * masked_lm_prob) positions (at least 1,
+    at most max_predictions), 80 % [MASK] / 10 % random / 10 % kept, specials never chosen,
+    positions sorted. Whole words: words are taken in random order until the next would overflow.
+    """
+    tokens = unmask(batch)  # (B, T)
+    b, t = tokens.shape
+    seeds = tf.random.experimental.stateless_split(tf.stack([tf.cast(seed[0], tf.int64), seed[1]]), 4)
+    is_special = tf.constant(masking.is_special, tf.bool)
+    candidate = ~tf.gather(is_special, tokens)
+    n_candidates = tf.reduce_sum(tf.cast(candidate, tf.float32), axis=1)
+    budget = tf.minimum(
+        float(max_predictions), tf.maximum(1.0, tf.round(n_candidates * masking.masked_lm_prob))
+    )
+    budget = tf.cast(tf.minimum(budget, n_candidates), tf.int32)  # (B,)
+
+    if masking.starts_word is not None:
+        starts = tf.gather(tf.constant(masking.starts_word, tf.bool), tokens)
+        prev_special = tf.gather(is_special, tf.pad(tokens[:, :-1], [[0, 0], [1, 0]]))
+        boundary = starts | prev_special | tf.one_hot(0, t, on_value=True, off_value=False, dtype=tf.bool)
+        words = tf.cumsum(tf.cast(boundary, tf.int32), axis=1) - 1  # (B, T)
+    else:
+        words = tf.broadcast_to(tf.range(t), (b, t))
+    score = tf.gather(tf.random.stateless_uniform((b, t), seeds[0]), words, batch_dims=1)
+    score = tf.where(candidate, score, 2.0)
+    order = tf.argsort(score, axis=1, stable=True)  # (B, T): a word's pieces stay adjacent
+    sorted_words = tf.gather(words, order, batch_dims=1)
+    sorted_candidate = tf.gather(candidate, order, batch_dims=1)
+    segment = sorted_words + tf.range(b)[:, None] * t  # a word's id, unique across the batch
+    word_len = tf.gather(
+        tf.math.unsorted_segment_sum(tf.cast(sorted_candidate, tf.int32), segment, b * t), segment
+    )
+    # Whole words in random order while they fit: each pass takes the longest prefix of the
+    # remaining words that fits the room left, skipping words longer than that room. Three passes
+    # come close to BERT's sequential skip-and-continue, with static shapes.
+    taken = tf.zeros((b, t), tf.bool)
+    room = budget
+    for _ in range(3):
+        eligible = sorted_candidate & ~taken & (word_len <= room[:, None])
+        cum = tf.cumsum(tf.cast(eligible, tf.int32), axis=1)
+        word_end = tf.gather(tf.math.unsorted_segment_max(cum, segment, b * t), segment)
+        take = eligible & (word_end <= room[:, None])
+        taken |= take
+        room -= tf.reduce_sum(tf.cast(take, tf.int32), axis=1)
+    selected = tf.scatter_nd(
+        tf.stack([tf.broadcast_to(tf.range(b)[:, None], (b, t)), order], axis=-1), taken, (b, t)
+    )
+
+    u = tf.random.stateless_uniform((b, t), seeds[1])
+    random_pool = tf.constant(np.flatnonzero(~np.array(masking.is_special)), tf.int32)
+    random_tokens = tf.gather(
+        random_pool, tf.random.stateless_uniform((b, t), seeds[2], 0, len(random_pool), tf.int32)
+    )
+    input_ids = tf.where(selected & (u < 0.8), masking.mask_id, tokens)
+    input_ids = tf.where(selected & (u >= 0.9), random_tokens, input_ids)
+
+    positions = tf.argsort(tf.cast(~selected, tf.int32), axis=1, stable=True)[:, :max_predictions]
+    n_selected = tf.reduce_sum(tf.cast(selected, tf.int32), axis=1)
+    valid = tf.range(max_predictions)[None, :] < n_selected[:, None]
+    positions = tf.where(valid, positions, 0)
+    return {
+        **batch,
+        "input_ids": input_ids,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": tf.where(valid, tf.gather(tokens, positions, batch_dims=1), 0),
+        "masked_lm_weights": tf.cast(valid, tf.float32),
+    }
+
+
+def find_bad_shard(files: list[str]) -> tuple[str, str] | None:
+    """(file, TF's message) for the first shard that does not read through cleanly, else None."""
+    for path in files:
+        try:
+            tf.data.TFRecordDataset(path, buffer_size=1 << 20).reduce(0, lambda n, _: n + 1)
+        except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfRangeError) as e:
+            return path, e.message.splitlines()[0] if e.message else type(e).__name__
+    return None
+
+
+@contextlib.contextmanager
+def naming_bad_shards(files: list[str]):
+    """Turn tf.data's DataLossError, which gives only an offset, into an InputError naming the file.
+
+    with naming_bad_shards(list_files(pattern, None)):
+        model.fit(dataset, ...)
+    """
+    try:
+        yield
+    except (tf.errors.DataLossError, tf.errors.NotFoundError) as e:
+        bad = find_bad_shard(files)
+        if bad is None:
+            raise
+        path, message = bad
+        cause = message.split("}}")[-1].split("[Op:")[0].strip()
+        raise InputError(f"{path}: corrupt or truncated shard ({cause}); rebuild the corpus") from e
