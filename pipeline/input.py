@@ -86,7 +86,7 @@ def make_dataset(
     training: bool,
     seed: int,
     input_context: tf.distribute.InputContext | None = None,
-    dynamic_masking: DynamicMasking | None = None,
+    dynamic_masking: bool | DynamicMasking = False,
     expected_seq_len: int | None = None,
     expected_max_predictions: int | None = None,
     expected_vocab_sha256: str | None = None,
@@ -98,6 +98,10 @@ def make_dataset(
     The manifest is checked first (schema version, seq_len, max_predictions, vocab hash), so a
     mismatch is a one-line `InputError`, not a parse failure in the first step. Deterministic for
     a given seed; its iterator can be saved with `tf.train.Checkpoint(iterator=...)`.
+
+    `dynamic_masking=True` draws a fresh mask per read with the corpus's own vocab (the manifest's
+    vocab file beside the shards), masked_lm_prob and whole-word setting; pass a `DynamicMasking`
+    to choose otherwise.
     """
     build = manifest.get("build", {})
     seq_len = expected_seq_len or build.get("seq_len")
@@ -108,6 +112,12 @@ def make_dataset(
     pairs = build.get("mode") == "segment_pair"
     files = list_files(file_pattern, input_context)
     spec = schema.parsing_spec(seq_len, max_predictions)
+    if dynamic_masking is True:
+        dynamic_masking = DynamicMasking.from_vocab_file(
+            f"{file_pattern.rsplit('/', 1)[0]}/{manifest['vocab']['file']}",
+            whole_word=bool(build.get("whole_word_mask")),
+            masked_lm_prob=float(build.get("masked_lm_prob", 0.15)),
+        )
 
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
@@ -126,7 +136,7 @@ def make_dataset(
     ds = ds.map(
         lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
-    if dynamic_masking is not None:
+    if dynamic_masking:
         ds = ds.enumerate().map(
             lambda step, batch: remask(batch, dynamic_masking, max_predictions, seed=(seed, step)),
             num_parallel_calls=tf.data.AUTOTUNE,

@@ -115,6 +115,14 @@ def test_dynamic_masking_matches_static_statistics(small_corpus, botchan_vocab):
     assert not np.array_equal(positions, static_positions)  # a fresh mask, not the stored one
 
 
+def test_dynamic_masking_true_uses_the_corpus_vocab(small_corpus):
+    first = next(iter(dataset(small_corpus, training=False, dynamic_masking=True)))
+    stored = next(iter(dataset(small_corpus, training=False)))
+    assert first[0]["input_ids"].shape == stored[0]["input_ids"].shape
+    assert not np.array_equal(first[0]["masked_lm_positions"], stored[0]["masked_lm_positions"])
+    assert float(first[2]["mlm"].numpy().sum()) == float(stored[2]["mlm"].numpy().sum())
+
+
 def test_whole_word_dynamic_masking_keeps_words_whole(small_corpus, botchan_vocab):
     from pipeline.masking import MaskingTables, word_ids
     from pipeline.vocab import Vocab
