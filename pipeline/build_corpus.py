@@ -770,10 +770,28 @@ def _error_line(error: BaseException) -> str | None:
     return None
 
 
+def summary(manifest: dict, output_dir: str) -> str:
+    """What a finished build made and where, for the console."""
+    lines = [f"corpus written to {output_dir} (manifest.json, {manifest['vocab']['file']})"]
+    for split, info in manifest["splits"].items():
+        lines.append(
+            f"  {split}: {info['instances']:,} instances in {len(info['shards'])} shards from "
+            f"{info['documents']:,} documents, padding {info['padding_fraction']:.2%}"
+        )
+    skipped = ", ".join(f"{k} {v}" for k, v in manifest["input"]["skipped"].items()) or "none"
+    repaired = ", ".join(f"{k} {v}" for k, v in manifest["input"]["repaired"].items()) or "none"
+    lines.append(f"  skipped: {skipped}; repaired: {repaired}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
     try:
         run(argv)
+        cfg, beam_args = parse_args(argv)
+        if not PipelineOptions(beam_args).get_all_options().get("dry_run"):
+            print(summary(schema.read_manifest(cfg.output_dir), cfg.output_dir))
     except Exception as e:  # noqa: BLE001 - the user gets one line; the trace is in the log
         line = _error_line(e)
         if line is None:

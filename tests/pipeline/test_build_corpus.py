@@ -615,3 +615,15 @@ def test_rebuild_with_fewer_shards_leaves_no_stale_shard(tmp_path, botchan, botc
         sum(s["records"] for s in manifest["splits"]["train"]["shards"])
         == manifest["splits"]["train"]["instances"]
     )
+
+
+def test_cli_success_prints_what_was_written(tmp_path, botchan, botchan_vocab):
+    done = run_cli("--input", str(botchan), "--output", str(tmp_path / "o"), "--vocab", str(botchan_vocab),
+                   "--seq_len", "64", "--max_predictions", "8", "--dupe_factor", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == f"corpus written to {tmp_path}/o (manifest.json, vocab.model)"
+    assert lines[1].startswith(f"  train: {train['instances']:,} instances in 1 shards from 1 documents")
+    assert lines[-1] == "  skipped: none; repaired: bom 1"  # botchan.txt starts with a BOM
