@@ -1,0 +1,64 @@
+"""The one place that branches on hardware: `choose_strategy`.
+
+TPU: cluster resolver -> connect -> initialise -> TPUStrategy. GPU: MirroredStrategy over the
+visible GPUs. multi_worker: MultiWorkerMirroredStrategy from TF_CONFIG. CPU: the default strategy.
+auto: a TPU if one is named (--tpu or TPU_NAME), else the GPUs if any, else the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+KINDS = ("auto", "cpu", "gpu", "tpu", "multi_worker")
+
+
+class StrategyError(RuntimeError):
+    """The requested hardware is not there; the message is one line saying what to change."""
+
+
+def choose_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.Strategy:
+    if kind not in KINDS:
+        raise StrategyError(f"--strategy {kind}: expected one of {', '.join(KINDS)}")
+    tpu = tpu or os.environ.get("TPU_NAME")
+    if kind == "auto":
+        kind = "tpu" if tpu else "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+    if kind == "tpu":
+        return _tpu_strategy(tpu or "local")
+    if kind == "gpu":
+        gpus = tf.config.list_logical_devices("GPU")
+        if not gpus:
+            raise StrategyError("--strategy gpu: no GPU is visible to TensorFlow; use --strategy cpu or auto")
+        return tf.distribute.MirroredStrategy([g.name for g in gpus])
+    if kind == "multi_worker":
+        return _multi_worker_strategy()
+    return tf.distribute.get_strategy()
+
+
+def _tpu_strategy(name: str) -> tf.distribute.Strategy:
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except Exception as e:  # noqa: BLE001 - resolver, RPC and op errors all mean "no TPU here"
+        cause = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise StrategyError(
+            f"--strategy tpu: no TPU found at {name!r} ({cause}); pass --tpu NAME_OR_ADDRESS on a TPU VM "
+            "or use --strategy gpu|cpu"
+        ) from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _multi_worker_strategy() -> tf.distribute.Strategy:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise StrategyError("--strategy multi_worker: TF_CONFIG is not set; set it on every worker")
+    try:
+        config = json.loads(raw)
+        config["cluster"]["worker"]
+        config["task"]["index"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise StrategyError(f"--strategy multi_worker: TF_CONFIG is not a valid cluster spec ({e})") from None
+    return tf.distribute.MultiWorkerMirroredStrategy()
