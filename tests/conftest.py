@@ -92,3 +92,13 @@ def small_corpus(python_docs, botchan_vocab, tmp_path_factory) -> Path:
         "--validation_fraction", "0.1",
     )  # fmt: skip
     return out
+
+
+def unmasked(rows: dict):
+    """input_ids with masked_lm_ids put back at masked_lm_positions (weight-1 entries only: the
+    padding predictions point at position 0 with id 0). A numpy oracle, independent of the reader."""
+    ids = rows["input_ids"].copy()
+    valid = rows["masked_lm_weights"] > 0
+    for r in range(len(ids)):
+        ids[r, rows["masked_lm_positions"][r][valid[r]]] = rows["masked_lm_ids"][r][valid[r]]
+    return ids

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import subprocess
@@ -15,9 +16,11 @@ import pytest
 from pipeline import build_corpus, text
 from pipeline.schema import FEATURES, feature_lengths
 from pipeline.vocab import Vocab
-from tests.conftest import REPO, build, read_records
+from tests.conftest import REPO, build, read_records, unmasked
 
 SEQ_LEN, MAX_PRED = 64, 9  # small and unlike the defaults, so a default leaking through fails
+DOCS_ARGS = ("--vocab_size", "1500", "--seq_len", str(SEQ_LEN), "--max_predictions", str(MAX_PRED),
+             "--dupe_factor", "2", "--num_shards", "3", "--validation_fraction", "0.1")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +31,7 @@ def docs_input(python_docs) -> str:
 @pytest.fixture(scope="module")
 def docs_corpus(docs_input, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("docs_corpus")
-    build(
-        out,
-        "--input",
-        docs_input,
-        "--vocab_size",
-        "1500",
-        "--seq_len",
-        str(SEQ_LEN),
-        "--max_predictions",
-        str(MAX_PRED),
-        "--dupe_factor",
-        "2",
-        "--num_shards",
-        "3",
-        "--validation_fraction",
-        "0.1",
-    )
+    build(out, "--input", docs_input, *DOCS_ARGS)
     return out
 
 
@@ -64,16 +51,6 @@ def expected_documents(files: list[Path], **kwargs) -> list[str]:
                     seen.add(doc)
                     docs.append(doc)
     return docs
-
-
-def unmasked(rows: dict) -> np.ndarray:
-    """input_ids with masked_lm_ids put back at masked_lm_positions (weight-1 entries only)."""
-    ids = rows["input_ids"].copy()
-    valid = rows["masked_lm_weights"] > 0
-    for r in range(len(ids)):
-        n = valid[r].sum()
-        ids[r, rows["masked_lm_positions"][r, :n]] = rows["masked_lm_ids"][r, :n]
-    return ids
 
 
 def pieces_of(rows: dict) -> list[np.ndarray]:
@@ -169,7 +146,7 @@ def test_masking_rules_hold_on_real_text(docs_corpus):
 
 def test_unmasking_recovers_the_tokenized_documents(docs_corpus, docs_input):
     vocab = Vocab((docs_corpus / "vocab.model").read_bytes())
-    files = sorted(Path(p) for p in __import__("glob").glob(docs_input))
+    files = sorted(Path(p) for p in glob.glob(docs_input))
     by_split = {"train": [], "validation": []}
     for doc in expected_documents(files, doc_per_file=False):
         tokens = [t for ids in vocab.encode(text.document_sentences(doc)) for t in ids]
@@ -180,33 +157,19 @@ def test_unmasking_recovers_the_tokenized_documents(docs_corpus, docs_input):
 
 
 def test_same_seed_same_bytes_for_1_or_2_workers_and_any_file_order(docs_corpus, docs_input, tmp_path):
-    files = sorted(__import__("glob").glob(docs_input))
+    files = sorted(glob.glob(docs_input))
     reordered = ",".join(reversed(files))  # other input order, listed file by file
-    common = [
-        "--vocab_size",
-        "1500",
-        "--seq_len",
-        str(SEQ_LEN),
-        "--max_predictions",
-        str(MAX_PRED),
-        "--dupe_factor",
-        "2",
-        "--num_shards",
-        "3",
-        "--validation_fraction",
-        "0.1",
-    ]
     build(
         tmp_path / "two",
         "--input",
         docs_input,
-        *common,
+        *DOCS_ARGS,
         "--direct_num_workers",
         "2",
         "--direct_running_mode",
         "multi_processing",
     )
-    build(tmp_path / "reordered", "--input", reordered, *common)
+    build(tmp_path / "reordered", "--input", reordered, *DOCS_ARGS)
     reference = {p.name: p.read_bytes() for p in docs_corpus.iterdir()}
     for other in ("two", "reordered"):
         got = {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()}

@@ -102,21 +102,16 @@ def test_whole_word_masks_every_piece_of_a_chosen_word():
 
 def test_same_seed_same_masks():
     rows = np.random.default_rng(4).integers(5, V, (7, 13))
-    a = mask_rows(
-        rows,
-        tables=tables(),
-        max_predictions=5,
-        masked_lm_prob=0.15,
-        whole_word=True,
-        rng=np.random.default_rng(9),
-    )
-    b = mask_rows(
-        rows,
-        tables=tables(),
-        max_predictions=5,
-        masked_lm_prob=0.15,
-        whole_word=True,
-        rng=np.random.default_rng(9),
+    a, b = (
+        mask_rows(
+            rows,
+            tables=tables(),
+            max_predictions=5,
+            masked_lm_prob=0.15,
+            whole_word=True,
+            rng=np.random.default_rng(9),
+        )  # fmt: skip
+        for _ in range(2)
     )
     for name in a:
         assert (a[name] == b[name]).all()

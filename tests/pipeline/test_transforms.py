@@ -147,7 +147,7 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
     import numpy as np
 
     from pipeline.instances import TokenizedDoc
-    from tests.conftest import parse_files
+    from tests.conftest import parse_files, unmasked
 
     model = botchan_vocab.read_bytes()
     docs = [
@@ -177,11 +177,7 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
             label="stats",
         )
     rows = parse_files(sorted(tmp_path.glob("train-*.tfrecord")), seq_len=7, max_predictions=2)
-    ids = rows["input_ids"].copy()
-    for r, (positions, originals, weights) in enumerate(
-        zip(rows["masked_lm_positions"], rows["masked_lm_ids"], rows["masked_lm_weights"], strict=True)
-    ):
-        ids[r, positions[weights > 0]] = originals[weights > 0]  # padding predictions point at 0
+    ids = unmasked(rows)
     stream = sorted(ids[rows["input_mask"] > 0].tolist())
     assert stream == sorted([2] * 3 + [3] * 3 + [t for d in docs for t in d.tokens.tolist()])
     assert not (tmp_path / "_tmp" / "parts").exists() or not list((tmp_path / "_tmp" / "parts").iterdir())
