@@ -297,15 +297,17 @@ class TrainVocab(beam.PTransform):
             | "Sentences" >> beam.FlatMap(lambda kd: text.document_sentences(kd[1]))
             | "KeyBySeededHash" >> beam.Map(lambda s: (seeded_key(cfg.seed, content_key(s)), s))
             | "Sample" >> beam.combiners.Top.Of(cfg.vocab_sample_sentences, reverse=True)
-            | "Train"
-            >> beam.Map(
-                lambda sample: train_sentencepiece(
-                    [s for _, s in sample],
-                    vocab_size=cfg.vocab_size,
-                    model_type=cfg.vocab_model_type,
-                )
-            )
+            | "Train" >> beam.Map(_train_on_sample, cfg)
         )
+
+
+def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> bytes:
+    if not sample:
+        raise BadInputError(
+            "no text to train a vocab on: every input document was empty or skipped; check --input"
+        )
+    sentences = [s for _, s in sample]
+    return train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
 
 
 def _write_vocab(model_bytes: bytes, output_dir: str, trained: bool) -> dict:
@@ -781,6 +783,8 @@ def summary(manifest: dict, output_dir: str) -> str:
     skipped = ", ".join(f"{k} {v}" for k, v in manifest["input"]["skipped"].items()) or "none"
     repaired = ", ".join(f"{k} {v}" for k, v in manifest["input"]["repaired"].items()) or "none"
     lines.append(f"  skipped: {skipped}; repaired: {repaired}")
+    if not any(info["instances"] for info in manifest["splits"].values()):
+        lines.append("warning: no instances were written: every input document was empty or skipped")
     return "\n".join(lines)
 
 

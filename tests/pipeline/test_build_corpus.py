@@ -590,3 +590,27 @@ def test_cli_success_prints_what_was_written(tmp_path, botchan, botchan_vocab):
     assert lines[0] == f"corpus written to {tmp_path}/o (manifest.json, vocab.model)"
     assert lines[1].startswith(f"  train: {train['instances']:,} instances in 1 shards from 1 documents")
     assert lines[-1] == "  skipped: none; repaired: bom 1"  # botchan.txt starts with a BOM
+
+
+def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "empty.txt").write_bytes(b"")
+    (tmp_path / "in" / "blank.txt").write_bytes(b" \n\n\t\n")
+    train = run_cli(
+        "--input", str(tmp_path / "in" / "*"), "--output", str(tmp_path / "a"), "--vocab_size", "50"
+    )
+    assert train.returncode == 2
+    assert (
+        train.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: no text to train a vocab on: every input document was empty or skipped; check --input"
+        )
+    )
+    given = run_cli("--input", str(tmp_path / "in" / "*"), "--output", str(tmp_path / "b"), "--vocab",
+                    str(botchan_vocab))  # fmt: skip
+    assert given.returncode == 0
+    assert given.stdout.strip().splitlines()[-2:] == [
+        "  skipped: empty_file 2; repaired: none",
+        "warning: no instances were written: every input document was empty or skipped",
+    ]
