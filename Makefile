@@ -34,8 +34,8 @@ data: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+test-slow: $(STAMP)  # cases marked slow, run on purpose (pytest exits 5 when none are marked)
+	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
