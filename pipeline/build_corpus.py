@@ -517,12 +517,13 @@ class WriteShard(beam.DoFn):
         with tf.io.TFRecordWriter(tmp) as writer:
             for _, p, start, end in order:
                 writer.write(parts[p][2][start:end])
+        size = tf.io.gfile.stat(tmp).length  # the reader compares it: a truncated copy is caught early
         tf.io.gfile.rename(tmp, f"{self._output_dir}/{name}", overwrite=True)
         for path in {p for p in paths if p is not None}:
             tf.io.gfile.remove(path)
         Metrics.counter("bertbeam", "shards_written").inc()
         log.info("wrote %s (%d records from %d parts)", name, len(order), len(parts))
-        yield {"split": split, "file": name, "records": len(order)}
+        yield {"split": split, "file": name, "records": len(order), "bytes": size}
 
 
 def _all_shard_keys(plan):
@@ -569,7 +570,7 @@ def build_manifest(cfg: CorpusConfig, shards: list[dict], stats: dict, vocab_inf
             "dupe_factor": plan[split]["dupes"],
             "packing_groups": plan[split]["groups"],
             "shards": sorted(
-                ({"file": s["file"], "records": s["records"]} for s in shards if s["split"] == split),
+                ({k: s[k] for k in ("file", "records", "bytes")} for s in shards if s["split"] == split),
                 key=lambda s: s["file"],
             ),
         }

@@ -78,6 +78,29 @@ def list_files(file_pattern: str, input_context: tf.distribute.InputContext | No
     return files[i::n]
 
 
+def check_shards(all_files: list[str], own_files: list[str], manifest: Mapping) -> None:
+    """The shards against the manifest, before the first step: a missing shard (from the listing)
+    or a truncated or replaced one (its size; only this pipeline's share is stat-ed) is named. A
+    corrupt byte inside a shard shows only on read: see `naming_bad_shards`."""
+    listed = {path.rsplit("/", 1)[-1] for path in all_files}
+    folder = all_files[0].rsplit("/", 1)[0]
+    expected = {}
+    for split, info in manifest.get("splits", {}).items():
+        if any(name.startswith(f"{split}-") for name in listed):
+            for shard in info.get("shards", []):
+                if shard["file"] not in listed:
+                    raise InputError(
+                        f"{folder}/{shard['file']}: in the manifest but missing; rebuild the corpus"
+                    )
+                expected[shard["file"]] = shard.get("bytes")
+    for path in own_files:
+        want = expected.get(path.rsplit("/", 1)[-1])
+        if want is not None and (found := tf.io.gfile.stat(path).length) != want:
+            raise InputError(
+                f"{path}: {found} bytes, the manifest says {want}; truncated or replaced, rebuild the corpus"
+            )
+
+
 def make_dataset(
     file_pattern: str,
     *,
@@ -111,6 +134,7 @@ def make_dataset(
     )
     pairs = build.get("mode") == "segment_pair"
     files = list_files(file_pattern, input_context)
+    check_shards(list_files(file_pattern, None), files, manifest)
     spec = schema.parsing_spec(seq_len, max_predictions)
     if dynamic_masking is True:
         dynamic_masking = DynamicMasking.from_vocab_file(

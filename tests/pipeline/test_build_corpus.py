@@ -96,6 +96,8 @@ def test_manifest_records_build_vocab_and_counts(docs_corpus):
     train, validation = manifest["splits"]["train"], manifest["splits"]["validation"]
     assert [s["file"] for s in train["shards"]] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     assert sum(s["records"] for s in train["shards"]) == train["instances"] > 1000
+    for shard in train["shards"] + validation["shards"]:
+        assert shard["bytes"] == (docs_corpus / shard["file"]).stat().st_size
     assert validation["instances"] > 0 and validation["documents"] > 0
     # Packing fills rows: only the last row of each packing group and dupe is padded.
     assert train["padding_fraction"] < 0.01

@@ -162,3 +162,27 @@ def test_a_corrupt_shard_is_named(small_corpus, tmp_path):
         with naming_bad_shards(files):
             for _ in ds:
                 pass
+
+
+def test_truncated_or_missing_shards_are_named_before_the_first_step(small_corpus, tmp_path):
+    manifest = read_manifest(str(small_corpus))
+    for path in small_corpus.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    victim = sorted(tmp_path.glob("train-*"))[1]
+    size = victim.stat().st_size
+    victim.write_bytes(victim.read_bytes()[: size - 10])
+    with pytest.raises(
+        InputError, match=f"^{victim}: {size - 10} bytes, the manifest says {size}; truncated"
+    ):
+        make_dataset(
+            str(tmp_path / "train-*"), manifest=manifest, per_replica_batch_size=2, training=True, seed=0
+        )
+    victim.unlink()
+    with pytest.raises(InputError, match=f"^{victim}: in the manifest but missing"):
+        make_dataset(
+            str(tmp_path / "train-*"), manifest=manifest, per_replica_batch_size=2, training=True, seed=0
+        )
+    # The other split is not affected.
+    make_dataset(
+        str(tmp_path / "validation-*"), manifest=manifest, per_replica_batch_size=2, training=False, seed=0
+    )
