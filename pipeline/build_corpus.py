@@ -505,7 +505,8 @@ class WriteShard(beam.DoFn):
         import tensorflow as tf
 
         (split, shard), paths = keyed
-        parts = [read_part(p) for p in sorted({p for p in paths if p is not None})]
+        part_paths = sorted({p for p in paths if p is not None})  # None: a seed for an empty shard
+        parts = [read_part(p) for p in part_paths]
         name = shard_name(split, shard, plan[split]["shards"])
         tmp = f"{self._output_dir}/{TMP_DIR}/{name}"
         tf.io.gfile.makedirs(f"{self._output_dir}/{TMP_DIR}")
@@ -519,7 +520,7 @@ class WriteShard(beam.DoFn):
                 writer.write(parts[p][2][start:end])
         size = tf.io.gfile.stat(tmp).length  # the reader compares it: a truncated copy is caught early
         tf.io.gfile.rename(tmp, f"{self._output_dir}/{name}", overwrite=True)
-        for path in {p for p in paths if p is not None}:
+        for path in part_paths:
             tf.io.gfile.remove(path)
         Metrics.counter("bertbeam", "shards_written").inc()
         log.info("wrote %s (%d records from %d parts)", name, len(order), len(parts))

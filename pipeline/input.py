@@ -65,9 +65,19 @@ def check_manifest_for(manifest: Mapping, *, seq_len: int, max_predictions: int,
 
 def list_files(file_pattern: str, input_context: tf.distribute.InputContext | None) -> list[str]:
     """The shards this input pipeline reads: all of them, or its share on a pod / multi-worker."""
+    return share_of(_glob(file_pattern), input_context, file_pattern)
+
+
+def _glob(file_pattern: str) -> list[str]:
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
         raise InputError(f"{file_pattern}: no files match")
+    return files
+
+
+def share_of(
+    files: list[str], input_context: tf.distribute.InputContext | None, file_pattern: str
+) -> list[str]:
     if input_context is None or input_context.num_input_pipelines == 1:
         return files
     n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
@@ -133,8 +143,9 @@ def make_dataset(
         manifest, seq_len=seq_len, max_predictions=max_predictions, vocab_sha256=expected_vocab_sha256
     )
     pairs = build.get("mode") == "segment_pair"
-    files = list_files(file_pattern, input_context)
-    check_shards(list_files(file_pattern, None), files, manifest)
+    all_files = _glob(file_pattern)  # one listing: on gs:// each glob is a request
+    files = share_of(all_files, input_context, file_pattern)
+    check_shards(all_files, files, manifest)
     spec = schema.parsing_spec(seq_len, max_predictions)
     if dynamic_masking is True:
         dynamic_masking = DynamicMasking.from_vocab_file(
