@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 PACKAGE = "bertbeam"
+OPTIMIZERS = ("adamw", "lamb")
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]  # biases, and LayerNormalization's scale and offset
 
 
@@ -16,9 +17,15 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     (BERT's schedule). The decay is Keras's PolynomialDecay with power 1."""
 
     def __init__(
-        self, peak_learning_rate: float, warmup_steps: int, total_steps: int, end_learning_rate: float = 0.0
+        self,
+        peak_learning_rate: float,
+        warmup_steps: int,
+        total_steps: int,
+        end_learning_rate: float = 0.0,
+        batches_per_update: int = 1,
     ):
         self.peak_learning_rate = peak_learning_rate
+        self.batches_per_update = batches_per_update
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.end_learning_rate = end_learning_rate
@@ -26,8 +33,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             peak_learning_rate, max(1, total_steps - warmup_steps), end_learning_rate, power=1.0
         )
 
-    def __call__(self, step):
-        step = ops.cast(step, "float32")
+    def __call__(self, step):  # step: batches seen (Keras's counter), so updates = step // batches_per_update
+        step = ops.cast(ops.floor_divide(step, self.batches_per_update), "float32")
         warmup = self.peak_learning_rate * step / max(1, self.warmup_steps)
         return ops.where(step < self.warmup_steps, warmup, self._decay(step - self.warmup_steps))
 
@@ -37,6 +44,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
             "end_learning_rate": self.end_learning_rate,
+            "batches_per_update": self.batches_per_update,
         }
 
 
@@ -52,8 +60,19 @@ def build_optimizer(
     grad_accum_steps: int = 1,
     mixed_precision: str = "none",
 ) -> keras.optimizers.Optimizer:
-    """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling)."""
-    schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps, end_learning_rate)
+    """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling).
+
+    Steps are optimizer updates. Keras 3.15 evaluates a schedule at the batch counter, which with
+    gradient accumulation runs grad_accum_steps times faster than updates; the schedule divides it
+    back, so all batches of one update share one learning rate.
+    """
+    schedule = WarmupLinearDecay(
+        learning_rate,
+        warmup_steps,
+        total_steps,
+        end_learning_rate,
+        batches_per_update=max(1, grad_accum_steps),
+    )
     common = {
         "learning_rate": schedule,
         "weight_decay": weight_decay or None,

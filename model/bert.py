@@ -222,7 +222,8 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
     positions -> {"sequence_output": (B, T, H), "pooled_output": (B, H)}.
 
     A model trained without the NSP/SOP head never used its pooler, so none is in its graph; the
-    encoder then gets a fresh, untrained one (as RoBERTa's is).
+    encoder then gets an untrained one (as RoBERTa's is), initialised from a fixed seed so that
+    every encoder taken from the same model, exported or not, has the same pooler.
     """
     inputs = {k: v for k, v in pretraining_model.input.items() if k != "masked_lm_positions"}
     sequence = pretraining_model.get_layer("sequence_output").output
@@ -230,7 +231,7 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
         pooled = pretraining_model.get_layer("pooler").output
     else:
         width = sequence.shape[-1]
-        init = keras.initializers.TruncatedNormal(stddev=0.02)
+        init = keras.initializers.TruncatedNormal(stddev=0.02, seed=0)
         pooled = keras.layers.Dense(width, activation="tanh", kernel_initializer=init, name="pooler")(
             sequence[:, 0, :]
         )

@@ -19,8 +19,10 @@ class MaskedLMLoss(keras.losses.Loss):
     the per-replica counts (dividing per replica, or by batch size, would not be).
     """
 
-    def __init__(self, name="masked_lm_loss", **kwargs):
-        super().__init__(name=name, reduction="sum", **kwargs)
+    def __init__(self, name="masked_lm_loss", reduction="sum", **kwargs):
+        if reduction != "sum":  # the global normalisation above relies on it
+            raise ValueError(f"MaskedLMLoss: reduction must be 'sum', found {reduction!r}")
+        super().__init__(name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)  # (B, P)

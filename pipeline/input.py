@@ -125,6 +125,8 @@ def make_dataset(
     expected_vocab_sha256: str | None = None,
     shuffle_buffer: int = 10_000,
     cycle_length: int = 8,
+    skip_batches: int = 0,
+    on_batch=None,
 ) -> tf.data.Dataset:
     """A dataset of static-shape batches for `model.fit`; see the module docstring.
 
@@ -135,6 +137,11 @@ def make_dataset(
     `dynamic_masking=True` draws a fresh mask per read with the corpus's own vocab (the manifest's
     vocab file beside the shards), masked_lm_prob and whole-word setting; pass a `DynamicMasking`
     to choose otherwise.
+
+    `skip_batches` resumes the stream: the records of the first `skip_batches` batches are read and
+    dropped before parsing, and what follows is exactly what an uninterrupted iterator would give
+    (masks included: a dynamic mask is seeded by the batch's index in the stream).
+    `on_batch(index, parsed_batch)`, if given, runs on every batch in order (a debugging trace).
     """
     build = manifest.get("build", {})
     seq_len = expected_seq_len or build.get("seq_len")
@@ -165,22 +172,33 @@ def make_dataset(
     )
     if training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if skip_batches:
+        ds = ds.skip(skip_batches * per_replica_batch_size)  # raw records: nothing parsed or masked
     # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
     # error), hence drop_remainder=True.
     ds = ds.batch(per_replica_batch_size, drop_remainder=True)
     ds = ds.map(
         lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
+    ds = ds.enumerate(start=skip_batches)  # each batch's index in the whole stream
     if dynamic_masking:
-        ds = ds.enumerate().map(
-            lambda step, batch: remask(batch, dynamic_masking, max_predictions, seed=(seed, step)),
+        ds = ds.map(
+            lambda step, batch: (step, remask(batch, dynamic_masking, max_predictions, seed=(seed, step))),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
+    if on_batch is not None:
+        ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
     ds = ds.map(
-        lambda batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        lambda step, batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _after(done, batch):
+    """`batch`, once `done` (an op with a side effect) has run."""
+    with tf.control_dependencies([done]):
+        return {name: tf.identity(value) for name, value in batch.items()}
 
 
 def _read_file(path):

@@ -1,0 +1,141 @@
+"""`TrainConfig`: every parameter of a pretraining run, validated once, written to model_dir/config.json.
+
+The command line is generated from the fields, so a flag and its field can never drift apart:
+`--global_batch_size 256` sets `global_batch_size`; booleans take `--jit_compile` / `--no-jit_compile`.
+Step counts (train, warmup, checkpoint, eval, log) are optimizer updates; with
+`--grad_accum_steps k` each update consumes k batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import typing
+
+from launch.optimizer import OPTIMIZERS
+from launch.strategy import KINDS
+from model.config import PRESETS
+
+MIXED_PRECISION = ("none", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message is one line saying what to change."""
+
+
+def _field(default, help: str, **kwargs):
+    return dataclasses.field(default=default, metadata={"help": help, **kwargs})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    data: str = _field(None, "corpus folder: manifest.json and shards (local or gs://)", required=True)
+    model_dir: str = _field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
+    preset: str = _field("tiny", f"model size: {'|'.join(PRESETS)}")
+    bert_config: str | None = _field(None, "a BertConfig JSON file instead of --preset")
+    strategy: str = _field("auto", f"hardware: {'|'.join(KINDS)}")
+    tpu: str | None = _field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
+    global_batch_size: int = _field(32, "examples per optimizer step over all replicas")
+    per_replica_batch_size: int = _field(0, "instead of --global_batch_size: examples per replica")
+    train_steps: int = _field(1000, "optimizer updates in the whole run")
+    warmup_steps: int = _field(100, "updates of linear learning-rate warmup")
+    learning_rate: float = _field(1e-4, "peak learning rate")
+    end_learning_rate: float = _field(0.0, "learning rate at train_steps, reached linearly")
+    optimizer: str = _field("adamw", f"{'|'.join(OPTIMIZERS)}")
+    weight_decay: float = _field(0.01, "decoupled weight decay (never on LayerNorm or bias)")
+    clipnorm: float = _field(1.0, "clip each gradient to this norm; 0 = off")
+    grad_accum_steps: int = _field(1, "batches whose gradients are averaged into one update")
+    mixed_precision: str = _field("none", f"{'|'.join(MIXED_PRECISION)}")
+    jit_compile: bool = _field(True, "compile the train step with XLA (as on a TPU)")
+    steps_per_execution: int = _field(1, "batches per compiled call (fewer host round trips)")
+    checkpoint_every: int = _field(500, "updates between checkpoints")
+    keep_checkpoints: int = _field(3, "newest checkpoints kept")
+    eval_every: int = _field(500, "updates between validation runs")
+    eval_steps: int = _field(20, "validation batches per run (capped by the split's size); 0 = none")
+    log_every: int = _field(100, "updates between log lines, TensorBoard points and history rows")
+    dynamic_masking: bool = _field(False, "draw a fresh mask per read (RoBERTa) instead of the stored one")
+    seed: int = _field(0, "initialisation, dropout and data order all derive from it")
+    # CPU runs, XLA or not, are reproducible without it; on GPUs it costs speed and Keras turns XLA off.
+    deterministic: bool = _field(False, "TF op determinism (for bit-identical GPU resumes)")
+    init_checkpoint: str | None = _field(None, "warm start: weights only, from a model_dir or checkpoint")
+    peak_tflops: float | None = _field(None, "device peak for MFU (default: known TPU/GPU types)")
+    export: bool = _field(True, "write model_dir/export/ at the end")
+    trace_batches: bool = _field(False, "debugging: a digest of every batch read, in model_dir/trace/")
+
+    def __post_init__(self):
+        def need(ok: bool, message: str):
+            if not ok:
+                raise ConfigError(message)
+
+        need(bool(self.data), "--data: required (a corpus folder with manifest.json)")
+        need(bool(self.model_dir), "--model_dir: required")
+        need(self.preset in PRESETS, f"--preset {self.preset}: expected one of {', '.join(PRESETS)}")
+        need(self.strategy in KINDS, f"--strategy {self.strategy}: expected one of {', '.join(KINDS)}")
+        need(
+            self.optimizer in OPTIMIZERS,
+            f"--optimizer {self.optimizer}: expected one of {', '.join(OPTIMIZERS)}",
+        )
+        need(
+            self.mixed_precision in MIXED_PRECISION,
+            f"--mixed_precision {self.mixed_precision}: expected one of {', '.join(MIXED_PRECISION)}",
+        )
+        for name in ("train_steps", "checkpoint_every", "eval_every", "log_every", "keep_checkpoints"):
+            need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
+        for name in ("grad_accum_steps", "steps_per_execution"):
+            need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
+        need(
+            self.global_batch_size >= 1 or self.per_replica_batch_size >= 1,
+            "--global_batch_size: expected >= 1",
+        )
+        need(self.warmup_steps >= 0, f"--warmup_steps: expected >= 0, found {self.warmup_steps}")
+        need(self.eval_steps >= 0, f"--eval_steps: expected >= 0, found {self.eval_steps}")
+        need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
+        need(
+            self.steps_per_execution == 1 or self.batches_per_epoch % self.steps_per_execution == 0,
+            f"--steps_per_execution {self.steps_per_execution} must divide the {self.batches_per_epoch} "
+            "batches between logs/checkpoints/evals; change --log_every or --steps_per_execution",
+        )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Updates per Keras epoch: the largest interval on which logging, checkpoints, validation
+        and the end of training all fall, so each happens at an epoch end."""
+        return math.gcd(self.log_every, self.checkpoint_every, self.eval_every, self.train_steps)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.grad_accum_steps
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None) -> TrainConfig:
+        return cls(**vars(parser().parse_args(argv)))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m launch.pretrain",
+        description="Pretrain BERT on a bertbeam corpus; re-run the same command to resume.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        kind = hints[f.name]
+        help_text = f.metadata["help"]
+        if kind is bool:
+            flag = argparse.BooleanOptionalAction
+            p.add_argument(f"--{f.name}", action=flag, default=f.default, help=help_text)
+            continue
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        p.add_argument(
+            f"--{f.name}",
+            type=base,
+            default=f.default,
+            required=f.metadata.get("required", False),
+            help=help_text,
+        )
+    return p

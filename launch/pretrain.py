@@ -1,0 +1,38 @@
+"""Pretrain BERT on a bertbeam corpus. Re-running the same command resumes where the last run stopped.
+
+    python -m launch.pretrain --data out/corpus --model_dir out/run --preset tiny --train_steps 2000
+
+Thin on purpose: the steps live in `launch/train.py`, the flags in `launch/config.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from launch.config import ConfigError, TrainConfig
+    from launch.strategy import StrategyError
+    from launch.train import InputError, TrainError, train
+    from pipeline.schema import ManifestError
+
+    try:
+        summary = train(TrainConfig.from_args(argv))
+    except (ConfigError, StrategyError, TrainError, InputError, ManifestError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    model_dir = summary["model_dir"]
+    print(
+        f"done: checkpoints {model_dir}/checkpoints, TensorBoard logs {model_dir}/logs, eval "
+        f"{model_dir}/eval.json, loss curve {model_dir}/loss.png, export {model_dir}/export"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

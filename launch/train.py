@@ -1,0 +1,546 @@
+"""Pretraining, as named steps that `train(config)` runs in order:
+
+    resolve the corpus -> choose the strategy -> build model and optimizer in its scope
+    -> resume (or warm start) -> model.fit, checkpointing / logging / validating at epoch ends
+    -> final evaluation (eval.json) -> loss.png -> export/
+
+Resume: every checkpoint holds the model's variables (dropout RNG states included) and the
+optimizer's (slots, step counter, so also the schedule's position). The input position is the
+step counter: a resumed run rebuilds the same deterministic stream and drops the records it
+already trained on before parsing them (see `make_dataset(skip_batches=...)`). Keras's `fit` makes
+its own iterator from the dataset it is given, and under a distribution strategy draws one batch
+from a throwaway iterator to build the model, so a saved tf.data iterator could not be handed to
+it; replaying the record stream is what keeps the data position exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from launch.config import TrainConfig
+from launch.flops import detect_peak_tflops, training_flops_per_example
+from launch.optimizer import build_optimizer
+from launch.strategy import choose_strategy
+from model.bert import build_pretraining_model
+from model.config import BertConfig
+from model.losses import compile_pretraining
+from pipeline import schema
+from pipeline.input import InputError, make_dataset, naming_bad_shards
+
+HISTORY = "history.jsonl"
+POLICIES = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+class TrainError(ValueError):
+    """The run cannot start as configured; the message is one line saying what to change."""
+
+
+# === The corpus ===
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    folder: str
+    manifest: dict
+    seq_len: int
+    max_predictions: int
+    vocab_size: int
+    vocab_file: str
+    next_sentence: bool  # segment_pair corpora carry NSP/SOP labels
+    train_records: int
+    validation_records: int
+
+    @property
+    def train_files(self) -> str:
+        return f"{self.folder}/train-*"
+
+    @property
+    def validation_files(self) -> str:
+        return f"{self.folder}/validation-*"
+
+
+def resolve_corpus(data: str) -> Corpus:
+    folder = data.rstrip("/")
+    if not tf.io.gfile.exists(f"{folder}/{schema.MANIFEST_NAME}"):
+        found = "does not exist" if not tf.io.gfile.exists(folder) else "has no manifest.json"
+        raise TrainError(f"--data {data}: {found}; build a corpus first (make corpus OUTPUT={data})")
+    manifest = schema.read_manifest(folder)
+    build, splits = manifest["build"], manifest["splits"]
+    return Corpus(
+        folder=folder,
+        manifest=manifest,
+        seq_len=int(build["seq_len"]),
+        max_predictions=int(build["max_predictions"]),
+        vocab_size=int(manifest["vocab"]["size"]),
+        vocab_file=f"{folder}/{manifest['vocab']['file']}",
+        next_sentence=build.get("mode") == "segment_pair",
+        train_records=int(splits.get("train", {}).get("instances", 0)),
+        validation_records=int(splits.get("validation", {}).get("instances", 0)),
+    )
+
+
+def resolve_bert_config(config: TrainConfig, corpus: Corpus) -> BertConfig:
+    if config.bert_config:
+        with tf.io.gfile.GFile(config.bert_config) as f:
+            bert = BertConfig.from_json(f.read())
+        if bert.vocab_size != corpus.vocab_size:
+            raise TrainError(
+                f"--bert_config {config.bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
+                f"{corpus.vocab_size}; set vocab_size to {corpus.vocab_size} or rebuild the corpus"
+            )
+    else:
+        bert = BertConfig.preset(config.preset, corpus.vocab_size)
+    if corpus.seq_len > bert.max_position:
+        raise TrainError(
+            f"--data {corpus.folder}: seq_len {corpus.seq_len} exceeds the model's max_position "
+            f"{bert.max_position}; rebuild the corpus with --seq_len <= {bert.max_position} "
+            "or raise max_position"
+        )
+    return bert
+
+
+# === Hardware ===
+
+
+def batch_sizes(config: TrainConfig, strategy: tf.distribute.Strategy) -> tuple[int, int]:
+    """(global, per replica) examples per batch; the global batch must split evenly over replicas."""
+    replicas = strategy.num_replicas_in_sync
+    if config.per_replica_batch_size:
+        return config.per_replica_batch_size * replicas, config.per_replica_batch_size
+    if config.global_batch_size % replicas:
+        raise TrainError(
+            f"--global_batch_size {config.global_batch_size} does not divide over {replicas} replicas; "
+            f"use a multiple of {replicas} or --per_replica_batch_size"
+        )
+    return config.global_batch_size, config.global_batch_size // replicas
+
+
+def check_paths(config: TrainConfig, strategy: tf.distribute.Strategy) -> None:
+    """TPU workers read and write only through GCS: a local path would be the TPU host's disk."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        for flag in ("data", "model_dir"):
+            if not getattr(config, flag).startswith("gs://"):
+                raise TrainError(
+                    f"--{flag} {getattr(config, flag)}: a TPU reads and writes only gs:// paths; "
+                    "copy the corpus to a bucket and pass gs://BUCKET/..."
+                )
+
+
+# === Checkpoints ===
+
+
+class Checkpoints:
+    """Model and optimizer variables, saved atomically by tf.train.CheckpointManager: a run killed
+    mid-save leaves the previous checkpoint as the latest, since the `checkpoint` index file is
+    replaced only after the new files are complete."""
+
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, folder: str, keep: int):
+        self.optimizer = optimizer
+        self.checkpoint = tf.train.Checkpoint(
+            model=model_variables(model), optimizer=optimizer_variables(optimizer)
+        )
+        self.manager = tf.train.CheckpointManager(self.checkpoint, folder, max_to_keep=keep)
+
+    def restore(self) -> int:
+        """Restores the latest checkpoint, if any; returns the optimizer updates done so far."""
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_consumed()
+        return int(self.optimizer.iterations.numpy())
+
+    def save(self, step: int) -> str:
+        return self.manager.save(checkpoint_number=step)
+
+
+def model_variables(model: keras.Model) -> dict:
+    """The model's tf.Variables under stable keys (Keras 3 objects are not tf.train trackables).
+
+    Trainable weights go by their Keras path, stable because every layer is named. Other state
+    (dropout RNG seeds) goes by position: its auto-generated names get a process-wide counter
+    (`seed_generator_20`) that differs when a process builds a second model.
+    """
+    named = {v.path: v.value for v in model.trainable_variables}
+    named.update({f"state/{i}": v.value for i, v in enumerate(model.non_trainable_variables)})
+    return _unique(named, model.variables)
+
+
+def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> dict:
+    """Step counter and slots, keyed without the optimizer's own (counter-suffixed) name."""
+    return _unique({v.path.split("/", 1)[-1]: v.value for v in optimizer.variables}, optimizer.variables)
+
+
+def _unique(named: dict, variables) -> dict:
+    if len(named) != len(variables):
+        raise RuntimeError("two variables share a checkpoint key")
+    return named
+
+
+def warm_start(model: keras.Model, source: str) -> None:
+    """Trainable weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint."""
+    source = source.rstrip("/")
+    path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
+    if path is None and tf.io.gfile.exists(f"{source}.index"):
+        path = source
+    if path is None:
+        raise TrainError(f"--init_checkpoint {source}: no checkpoint found there")
+    try:
+        weights = {v.path: v.value for v in model.trainable_variables}
+        status = tf.train.Checkpoint(model=weights).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+        cause = str(e).strip().splitlines()[0][:200]
+        raise TrainError(f"--init_checkpoint {path}: does not fit this model ({cause})") from None
+
+
+# === Input ===
+
+
+def make_inputs(
+    config: TrainConfig, corpus: Corpus, strategy: tf.distribute.Strategy, per_replica: int, start_batch: int
+):
+    """(distributed training stream starting at `start_batch`, validation dataset or None)."""
+    trace = None
+    if config.trace_batches:
+        trace_dir = f"{config.model_dir}/trace"
+        os.makedirs(trace_dir, exist_ok=True)
+        trace = trace_dir
+
+    def train_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # A batch index counts per input pipeline; each feeds its share of the replicas per step.
+        per_step = strategy.num_replicas_in_sync // context.num_input_pipelines
+        on_batch = _trace_to(f"{trace}/{os.getpid()}-{context.input_pipeline_id}.tsv") if trace else None
+        return make_dataset(
+            corpus.train_files,
+            manifest=corpus.manifest,
+            per_replica_batch_size=per_replica,
+            training=True,
+            seed=config.seed,
+            input_context=context,
+            dynamic_masking=config.dynamic_masking,
+            skip_batches=start_batch * per_step,
+            on_batch=on_batch,
+        )
+
+    train = strategy.distribute_datasets_from_function(train_fn)
+    validation = None
+    if config.eval_steps:
+        validation = make_dataset(
+            corpus.validation_files,
+            manifest=corpus.manifest,
+            per_replica_batch_size=per_replica * strategy.num_replicas_in_sync,
+            training=False,
+            seed=config.seed,
+        )
+    return train, validation
+
+
+def _trace_to(path: str):
+    """One line per batch, in stream order: its index, then a fingerprint of each example."""
+
+    def write(step, fingerprints):
+        rows = ",".join(bytes(row).hex() for row in fingerprints.numpy())
+        with open(path, "a") as f:
+            f.write(f"{int(step)}\t{rows}\n")
+        return np.int64(0)
+
+    def on_batch(step, batch):
+        content = tf.concat(
+            [batch["input_ids"], batch["masked_lm_positions"], batch["masked_lm_ids"]], axis=1
+        )
+        return tf.py_function(write, [step, tf.fingerprint(content)], tf.int64)
+
+    return on_batch
+
+
+def validation_batches(config: TrainConfig, corpus: Corpus, global_batch: int) -> int:
+    """Batches per validation run: --eval_steps, capped by what the split holds."""
+    if not config.eval_steps:
+        return 0
+    available = corpus.validation_records // global_batch
+    if available == 0:
+        raise TrainError(
+            f"--data {corpus.folder}: the validation split has {corpus.validation_records} records, "
+            f"fewer than one global batch of {global_batch}; rebuild with a larger --validation_fraction "
+            "or pass --eval_steps 0"
+        )
+    return min(config.eval_steps, available)
+
+
+# === Seeing what it does ===
+
+
+class EpochLog(keras.callbacks.Callback):
+    """At each epoch end (every log interval): a console line, TensorBoard scalars, a history row,
+    and a checkpoint when one is due. Throughput covers training only, not validation."""
+
+    def __init__(self, config: TrainConfig, history: History, checkpoints: Checkpoints, *,
+                 global_batch: int, seq_len: int, flops_per_example: float, peak_tflops: float | None,
+                 devices: int):  # fmt: skip
+        super().__init__()
+        self.config = config
+        self.history = history
+        self.checkpoints = checkpoints
+        self.examples_per_epoch = config.batches_per_epoch * global_batch
+        self.seq_len = seq_len
+        self.flops_per_example = flops_per_example
+        self.peak_flops = peak_tflops * 1e12 * devices if peak_tflops else None
+        self.writers = {
+            "train": tf.summary.create_file_writer(f"{config.model_dir}/logs/train"),
+            "validation": tf.summary.create_file_writer(f"{config.model_dir}/logs/validation"),
+        }
+        self.throughput: list[float] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.trained = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        step = int(self.model.optimizer.iterations.numpy())
+        examples_per_s = self.examples_per_epoch / max(1e-9, self.trained - self.started)
+        row = {
+            "step": step,
+            "loss": _mlm_loss(logs),
+            "mlm_accuracy": _pick(logs, "mlm_accuracy", "accuracy"),
+            "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
+            "examples_per_s": examples_per_s,
+            "tokens_per_s": examples_per_s * self.seq_len,
+        }
+        if self.peak_flops:
+            row["mfu"] = examples_per_s * self.flops_per_example / self.peak_flops
+        if "val_loss" in logs:
+            row["val_loss"] = _mlm_loss(logs, "val_")
+            row["val_mlm_accuracy"] = _pick(logs, "val_mlm_accuracy", "val_accuracy")
+        self.throughput.append(examples_per_s)
+        self._write(step, row)
+        self.history.append(row)
+        if step % self.config.checkpoint_every == 0 or step == self.config.train_steps:
+            self.checkpoints.save(step)
+        # The progress bar's epoch line is drawn after this callback, from the same dict.
+        logs.update({"step": step, "lr": row["learning_rate"], "examples/s": examples_per_s})
+        if "mfu" in row:
+            logs["mfu"] = row["mfu"]
+
+    def _write(self, step: int, row: dict) -> None:
+        with self.writers["train"].as_default(step=step):
+            for name in ("loss", "mlm_accuracy", "learning_rate", "examples_per_s", "tokens_per_s", "mfu"):
+                if row.get(name) is not None:
+                    tf.summary.scalar(name, row[name])
+        if "val_loss" in row:
+            with self.writers["validation"].as_default(step=step):
+                tf.summary.scalar("loss", row["val_loss"])
+                tf.summary.scalar("mlm_accuracy", row["val_mlm_accuracy"])
+        for writer in self.writers.values():
+            writer.flush()
+
+
+def _pick(logs: dict, *names: str) -> float | None:
+    return next((float(logs[n]) for n in names if n in logs), None)
+
+
+def _mlm_loss(logs: dict, prefix: str = "") -> float | None:
+    """The masked-LM loss: Keras logs it as `loss` when it is the only loss, else `mlm_loss`."""
+    return _pick(logs, f"{prefix}mlm_loss", f"{prefix}loss")
+
+
+class History:
+    """model_dir/history.jsonl: one row per log interval. Rewritten whole each time (GCS objects
+    cannot be appended to); rows past the resumed step, from a killed run, are dropped."""
+
+    def __init__(self, model_dir: str, resumed_step: int):
+        self.path = f"{model_dir}/{HISTORY}"
+        self.rows = [r for r in read_history(model_dir) if r["step"] <= resumed_step]
+
+    def append(self, row: dict) -> None:
+        self.rows.append(row)
+        _write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows))
+
+
+def read_history(model_dir: str) -> list[dict]:
+    path = f"{model_dir}/{HISTORY}"
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write to a temporary name, then rename: readers never see half a file."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+# === The run ===
+
+
+@dataclasses.dataclass
+class Run:
+    """What the steps of one run share, resolved once at the start."""
+
+    config: TrainConfig
+    corpus: Corpus
+    bert: BertConfig
+    strategy: tf.distribute.Strategy
+    global_batch: int
+    per_replica_batch: int
+    eval_batches: int  # per validation run during training
+    model: keras.Model | None = None
+    checkpoints: Checkpoints | None = None
+
+
+def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -> dict:
+    """Runs (or resumes, or finishes) the pretraining `config` describes; returns the summary
+    that is also written to model_dir/summary.json."""
+    run = prepare(config, strategy)
+    previous_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(POLICIES[config.mixed_precision])
+    try:
+        step = build(run)
+        print(f"{'resuming at' if step else 'starting at'} step {step} of {config.train_steps}", flush=True)
+        fit(run, step)
+        results = final_evaluation(run)
+        from launch.report import plot_loss
+
+        plot_loss(read_history(config.model_dir), f"{config.model_dir}/loss.png")
+        if config.export:
+            from launch.export import export
+
+            export(run.model, bert=run.bert, corpus=run.corpus, config=config)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    step = int(run.model.optimizer.iterations.numpy())
+    summary = {"step": step, "eval": results, "model_dir": config.model_dir}
+    _write_text(f"{config.model_dir}/summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    return summary
+
+
+def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run:
+    """Everything that can be wrong is found here, before a model is built: one-line errors."""
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(config.seed)
+    corpus = resolve_corpus(config.data)
+    bert = resolve_bert_config(config, corpus)
+    strategy = strategy or choose_strategy(config.strategy, config.tpu)
+    check_paths(config, strategy)
+    global_batch, per_replica = batch_sizes(config, strategy)
+    run = Run(config, corpus, bert, strategy, global_batch, per_replica, 0)
+    run.eval_batches = validation_batches(config, corpus, global_batch)
+    tf.io.gfile.makedirs(config.model_dir)
+    _write_text(f"{config.model_dir}/config.json", config.to_json())
+    _write_text(f"{config.model_dir}/bert_config.json", bert.to_json())
+    print(f"config: {config.to_json()}\nmodel: {bert.to_json()}", flush=True)
+    return run
+
+
+def build(run: Run) -> int:
+    """Model, optimizer and checkpoints in the strategy's scope; restores the latest checkpoint
+    (or warm-starts a new run). Returns the optimizer updates already done."""
+    config = run.config
+    with run.strategy.scope():
+        corpus = run.corpus
+        run.model = build_pretraining_model(
+            run.bert, corpus.seq_len, corpus.max_predictions, corpus.next_sentence
+        )
+        optimizer = build_optimizer(
+            config.optimizer,
+            learning_rate=config.learning_rate,
+            warmup_steps=config.warmup_steps,
+            total_steps=config.train_steps,
+            end_learning_rate=config.end_learning_rate,
+            weight_decay=config.weight_decay,
+            clipnorm=config.clipnorm,
+            grad_accum_steps=config.grad_accum_steps,
+            mixed_precision=config.mixed_precision,
+        )
+        optimizer.build(run.model.trainable_variables)  # slots exist before a restore fills them
+        compile_pretraining(
+            run.model,
+            optimizer,
+            jit_compile=config.jit_compile,
+            steps_per_execution=config.steps_per_execution,
+        )
+        folder = f"{config.model_dir}/checkpoints"
+        run.checkpoints = Checkpoints(run.model, optimizer, folder, config.keep_checkpoints)
+        step = run.checkpoints.restore()
+        if step == 0 and config.init_checkpoint:
+            warm_start(run.model, config.init_checkpoint)
+    return step
+
+
+def fit(run: Run, step: int) -> None:
+    """model.fit from `step` to train_steps; a Keras epoch is one log interval."""
+    config, corpus = run.config, run.corpus
+    if step >= config.train_steps:
+        return
+    start_batch = step * config.grad_accum_steps
+    train_data, validation = make_inputs(config, corpus, run.strategy, run.per_replica_batch, start_batch)
+    log = EpochLog(
+        config,
+        History(config.model_dir, step),
+        run.checkpoints,
+        global_batch=run.global_batch,
+        seq_len=corpus.seq_len,
+        flops_per_example=training_flops_per_example(run.bert, corpus.seq_len, corpus.max_predictions),
+        peak_tflops=config.peak_tflops or detect_peak_tflops(),
+        devices=run.strategy.num_replicas_in_sync,
+    )
+    shards = tf.io.gfile.glob(corpus.train_files) + tf.io.gfile.glob(corpus.validation_files)
+    with naming_bad_shards(shards):
+        run.model.fit(
+            train_data,
+            initial_epoch=step // config.steps_per_epoch,
+            epochs=config.train_steps // config.steps_per_epoch,
+            steps_per_epoch=config.batches_per_epoch,
+            validation_data=validation if run.eval_batches else None,
+            validation_steps=run.eval_batches or None,
+            validation_freq=config.eval_every // config.steps_per_epoch,
+            callbacks=[log],
+            shuffle=False,  # the dataset is already shuffled, by seed
+            verbose=1 if sys.stdout.isatty() else 2,  # a line per epoch in logs and pipes
+        )
+
+
+def final_evaluation(run: Run) -> dict:
+    """The whole validation split, once: model_dir/eval.json (MLM loss, accuracy, perplexity;
+    NSP/SOP accuracy when the corpus has pairs)."""
+    config, corpus = run.config, run.corpus
+    if not run.eval_batches:
+        return {}
+    validation = make_dataset(
+        corpus.validation_files,
+        manifest=corpus.manifest,
+        per_replica_batch_size=run.global_batch,
+        training=False,
+        seed=config.seed,
+    )
+    batches = corpus.validation_records // run.global_batch
+    with naming_bad_shards(tf.io.gfile.glob(corpus.validation_files)):
+        logs = run.model.evaluate(validation, steps=batches, return_dict=True, verbose=0)
+    mlm_loss = _mlm_loss(logs)
+    results = {
+        "step": int(run.model.optimizer.iterations.numpy()),
+        "examples": batches * run.global_batch,
+        "mlm_loss": mlm_loss,
+        "mlm_accuracy": _pick(logs, "mlm_accuracy", "accuracy"),
+        "perplexity": math.exp(min(mlm_loss, 700.0)),
+    }
+    if corpus.next_sentence:
+        results["nsp_accuracy"] = _pick(logs, "nsp_accuracy")
+    _write_text(f"{config.model_dir}/eval.json", json.dumps(results, indent=2, sort_keys=True))
+    return results
+
+
+__all__ = ["InputError", "TrainError", "train"]

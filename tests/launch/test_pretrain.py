@@ -1,0 +1,273 @@
+"""The pretraining run, in process, on a real corpus: it learns, logs, evaluates and exports what it
+trained; its flags and its configuration errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from launch.config import ConfigError, TrainConfig
+from launch.train import TrainError, model_variables, prepare, train
+from model.bert import build_pretraining_model, encoder_from
+from model.config import BertConfig
+from pipeline.input import make_dataset
+from pipeline.schema import read_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny_config(small_corpus, tmp_path_factory) -> Path:
+    """A BertConfig with odd sizes (H 24, 3 heads, feed-forward 44) for the 32-token corpus."""
+    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    config = BertConfig(
+        vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44, max_position=40
+    )
+    path = tmp_path_factory.mktemp("bert") / "bert_config.json"
+    path.write_text(config.to_json())
+    return path
+
+
+def run_config(corpus, model_dir, bert_config, **overrides) -> TrainConfig:
+    values = dict(
+        data=str(corpus),
+        model_dir=str(model_dir),
+        bert_config=str(bert_config),
+        global_batch_size=16,
+        train_steps=60,
+        warmup_steps=5,
+        learning_rate=2e-3,
+        log_every=10,
+        checkpoint_every=30,
+        eval_every=30,
+        eval_steps=2,
+        export=False,
+    )
+    return TrainConfig(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(small_corpus, tiny_config, tmp_path_factory) -> Path:
+    model_dir = tmp_path_factory.mktemp("run")
+    train(run_config(small_corpus, model_dir, tiny_config, export=True, peak_tflops=0.05))
+    return model_dir
+
+
+def test_a_run_learns_and_leaves_eval_history_logs_and_a_plot(trained):
+    rows = [json.loads(line) for line in (trained / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, rows  # the masked-LM loss falls
+    assert rows[-1]["mlm_accuracy"] > rows[0]["mlm_accuracy"]
+    assert [r["step"] for r in rows if "val_loss" in r] == [30, 60]
+    assert rows[0]["learning_rate"] > rows[-1]["learning_rate"] == pytest.approx(0.0, abs=1e-9)
+    assert all(r["tokens_per_s"] == pytest.approx(32 * r["examples_per_s"]) for r in rows)
+    assert all(0 < r["mfu"] for r in rows)
+
+    evaluation = json.loads((trained / "eval.json").read_text())
+    assert evaluation["step"] == 60
+    assert evaluation["perplexity"] == pytest.approx(np.exp(evaluation["mlm_loss"]))
+    assert (trained / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((trained / "config.json").read_text())["train_steps"] == 60
+
+    tags = {}
+    for event_file in (trained / "logs" / "train").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(event.step)
+    for tag in ("loss", "mlm_accuracy", "learning_rate", "examples_per_s", "tokens_per_s", "mfu"):
+        assert tags[tag] == [10, 20, 30, 40, 50, 60], tag
+    assert list((trained / "logs" / "validation").glob("events.out.tfevents.*"))
+
+
+def test_the_evaluation_beats_a_uniform_guess(trained, small_corpus):
+    evaluation = json.loads((trained / "eval.json").read_text())
+    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    assert evaluation["mlm_loss"] < np.log(vocab) - 1.0
+    assert (
+        evaluation["examples"]
+        == read_manifest(str(small_corpus))["splits"]["validation"]["instances"] // 16 * 16
+    )
+
+
+def _real_batch(corpus: Path) -> dict:
+    manifest = read_manifest(str(corpus))
+    ds = make_dataset(
+        f"{corpus}/validation-*", manifest=manifest, per_replica_batch_size=5, training=False, seed=0
+    )
+    features, _, _ = next(iter(ds))
+    return {name: value.numpy() for name, value in features.items()}
+
+
+def test_the_export_reloads_with_the_trained_weights(trained, small_corpus, tiny_config):
+    export = trained / "export"
+    assert sorted(p.name for p in export.iterdir()) == [
+        "bert_config.json", "encoder", "pretraining.keras", "train_config.json", "vocab.model",
+    ]  # fmt: skip
+    assert (export / "vocab.model").read_bytes() == (small_corpus / "vocab.model").read_bytes()
+    bert = BertConfig.from_json((export / "bert_config.json").read_text())
+    assert bert == BertConfig.from_json(tiny_config.read_text())
+
+    # The last checkpoint, restored into a freshly built model: what training left.
+    reference = build_pretraining_model(bert, 32, 5)
+    checkpoint = tf.train.latest_checkpoint(str(trained / "checkpoints"))
+    tf.train.Checkpoint(model=model_variables(reference)).read(checkpoint).expect_partial()
+    batch = _real_batch(small_corpus)
+    expected = reference(batch, training=False)["mlm"].numpy()
+
+    loaded = keras.saving.load_model(export / "pretraining.keras")
+    np.testing.assert_array_equal(loaded(batch, training=False)["mlm"].numpy(), expected)
+
+    served = tf.saved_model.load(str(export / "encoder")).signatures["serving_default"]
+    rows = {k: tf.constant(batch[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+    out = served(**rows)
+    single_document = {**rows, "document_ids": rows["input_mask"]}
+    direct = encoder_from(loaded)(single_document, training=False)
+    np.testing.assert_allclose(out["sequence_output"].numpy(), direct["sequence_output"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(out["pooled_output"].numpy(), direct["pooled_output"].numpy(), atol=1e-6)
+    assert out["sequence_output"].shape == (5, 32, 24)
+
+
+def test_the_keras_file_loads_in_a_fresh_process_after_import_model(trained):
+    script = (
+        "import sys, keras, model; m = keras.saving.load_model(sys.argv[1]); print(m.name, sorted(m.output))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(trained / "export" / "pretraining.keras")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert result.stdout.strip().splitlines()[-1] == "bert_pretraining ['mlm']", result.stderr[-2000:]
+
+
+def test_a_finished_run_re_run_trains_no_further(trained, small_corpus, tiny_config):
+    before = (trained / "history.jsonl").read_text()
+    summary = train(run_config(small_corpus, trained, tiny_config))
+    assert summary["step"] == 60
+    assert (trained / "history.jsonl").read_text() == before
+
+
+def test_xla_stays_on_and_the_step_counter_resumes(trained, small_corpus, tiny_config):
+    from launch.train import build
+
+    run = prepare(run_config(small_corpus, trained, tiny_config), None)
+    assert build(run) == 60
+    assert run.model.jit_compile is True  # Keras silently falls back to no XLA in some setups
+
+
+def test_warm_start_takes_weights_but_not_the_step(trained, small_corpus, tiny_config, tmp_path):
+    from launch.train import build
+
+    run = prepare(run_config(small_corpus, tmp_path, tiny_config, init_checkpoint=str(trained)), None)
+    assert build(run) == 0
+    checkpoint = tf.train.latest_checkpoint(str(trained / "checkpoints"))
+    kernel = run.model.get_layer("transformer_1").output_dense.kernel
+    np.testing.assert_array_equal(
+        kernel.numpy(),
+        tf.train.load_variable(checkpoint, "model/transformer_1.Soutput.Skernel/.ATTRIBUTES/VARIABLE_VALUE"),
+    )
+    other = BertConfig.from_json(tiny_config.read_text())
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(BertConfig(other.vocab_size, hidden_size=12, num_heads=3, intermediate_size=20,
+                                max_position=40).to_json())  # fmt: skip
+    with pytest.raises(TrainError, match=r"^--init_checkpoint .*ckpt-60: does not fit this model"):
+        build(prepare(run_config(small_corpus, tmp_path / "w", wrong, init_checkpoint=str(trained)), None))
+
+
+def test_grad_accumulation_matches_one_double_batch(small_corpus, tmp_path):
+    """Two batches of 8 accumulated into one update == one update on the same 16 examples (the
+    stream is the same examples in the same order); dropout off so both see the same network."""
+    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    path = tmp_path / "bert.json"
+    path.write_text(BertConfig(vocab, 24, 1, 3, 44, 40, dropout=0.0).to_json())
+    common = dict(train_steps=1, warmup_steps=0, log_every=1, checkpoint_every=1, eval_every=1, eval_steps=0)
+    one = run_config(small_corpus, tmp_path / "one", path, global_batch_size=16, **common)
+    two = run_config(small_corpus, tmp_path / "two", path, global_batch_size=8, grad_accum_steps=2, **common)
+    weights = {}
+    for name, config in (("one", one), ("two", two)):
+        train(config)
+        checkpoint = tf.train.latest_checkpoint(f"{config.model_dir}/checkpoints")
+        weights[name] = {
+            key: tf.train.load_variable(checkpoint, key) for key, _ in tf.train.list_variables(checkpoint)
+            if key.startswith("model/") and "seed_generator" not in key
+        }  # fmt: skip
+    keras.utils.set_random_seed(0)  # as train() does before building: the common starting point
+    start = model_variables(build_pretraining_model(BertConfig.from_json(path.read_text()), 32, 5))
+    keys = [key for key in start if not key.startswith("state/")]
+    ckpt = {key: f"model/{key.replace('/', '.S')}/.ATTRIBUTES/VARIABLE_VALUE" for key in keys}
+
+    def update(name):
+        return np.concatenate([(weights[name][ckpt[k]] - start[k].numpy()).ravel() for k in keys])
+
+    one, two = update("one"), update("two")
+    # Each micro-batch's loss is normalised by its own masked-token count and Keras averages the
+    # two gradients, where the double batch divides by the total: close, not equal.
+    assert np.linalg.norm(one - two) / np.linalg.norm(one) < 0.05
+    assert np.linalg.norm(one) > 0.01  # it did move
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_on_cpu(small_corpus, tiny_config, tmp_path, precision):
+    config = run_config(small_corpus, tmp_path, tiny_config, mixed_precision=precision, train_steps=4,
+                        log_every=2, checkpoint_every=2, eval_every=2, eval_steps=1)  # fmt: skip
+    summary = train(config)
+    rows = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert summary["step"] == 4 and all(np.isfinite(r["loss"]) for r in rows)
+    assert np.isfinite(summary["eval"]["mlm_loss"])
+    assert keras.config.dtype_policy().name == "float32"  # restored for whoever runs next
+
+
+def test_flags_map_onto_the_config():
+    config = TrainConfig.from_args(
+        ["--data", "d", "--model_dir", "m", "--no-jit_compile", "--global_batch_size", "64",
+         "--learning_rate", "3e-4", "--tpu", "grpc://10.0.0.2:8470", "--log_every", "50",
+         "--checkpoint_every", "200", "--eval_every", "300"]
+    )  # fmt: skip
+    assert (config.jit_compile, config.global_batch_size, config.learning_rate) == (False, 64, 3e-4)
+    assert config.tpu == "grpc://10.0.0.2:8470" and config.steps_per_epoch == 50
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"preset": "huge"}, "^--preset huge: expected one of tiny, mini"),
+        ({"train_steps": 0}, "^--train_steps: expected >= 1, found 0"),
+        ({"mixed_precision": "fp8"}, "^--mixed_precision fp8: expected one of none, bf16, fp16$"),
+        ({"log_every": 10, "steps_per_execution": 4}, "^--steps_per_execution 4 must divide the 10 batches"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(data="d", model_dir="m", **overrides)
+
+
+def test_configuration_mistakes_say_what_to_change(small_corpus, tiny_config, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TrainError, match=r"^--data .*empty: has no manifest.json; build a corpus first"):
+        prepare(run_config(empty, tmp_path / "m", tiny_config), None)
+
+    bert = BertConfig.from_json(tiny_config.read_text())
+    short = tmp_path / "short.json"
+    short.write_text(BertConfig(bert.vocab_size, 24, 1, 3, 44, max_position=16).to_json())
+    with pytest.raises(
+        TrainError, match=r"seq_len 32 exceeds the model's max_position 16; rebuild the corpus"
+    ):
+        prepare(run_config(small_corpus, tmp_path / "m", short), None)
+
+    other = tmp_path / "other.json"
+    other.write_text(BertConfig(bert.vocab_size + 7, 24, 1, 3, 44, 40).to_json())
+    with pytest.raises(
+        TrainError, match=rf"vocab_size {bert.vocab_size + 7}, the corpus vocab has {bert.vocab_size}"
+    ):
+        prepare(run_config(small_corpus, tmp_path / "m", other), None)
+
+    with pytest.raises(
+        TrainError, match=r"the validation split has \d+ records, fewer than one global batch of 4096"
+    ):
+        prepare(run_config(small_corpus, tmp_path / "m", tiny_config, global_batch_size=4096), None)
