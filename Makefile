@@ -4,10 +4,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-DATA ?= data
+# Raw corpora fetched from package registries.
+RAW ?= data
+DOCS := $(RAW)/python_docs/*.rst.txt,$(RAW)/python_docs/*/*.rst.txt
 
 # make corpus: the default builds the Python docs (fetched from Debian) with a trained vocab.
-INPUT ?= $(DATA)/python_docs/*.rst.txt,$(DATA)/python_docs/*/*.rst.txt
+INPUT ?= $(DOCS)
 OUTPUT ?= out/corpus
 ARGS ?= --doc_per_file --vocab_size 8000
 RUNNER ?= DirectRunner
@@ -18,7 +20,25 @@ else
 BEAM_ARGS = --runner $(RUNNER)
 endif
 
-.PHONY: setup test test-slow lint format corpus data bench-corpus bench-input clean
+# make pretrain-*: DATA is a built corpus (local, or gs:// for TPUs), MODEL_DIR the run's folder.
+# Re-running the same command resumes. TRAIN_ARGS adds any `python -m launch.pretrain --help` flag.
+DATA ?= out/corpus
+MODEL_DIR ?= out/run
+PRESET ?= base
+GLOBAL_BATCH ?= 256
+TRAIN_STEPS ?= 100000
+TRAIN_ARGS ?=
+PRETRAIN = $(BIN)/python -m launch.pretrain --data $(DATA) --model_dir $(MODEL_DIR) --preset $(PRESET) \
+	--global_batch_size $(GLOBAL_BATCH) --train_steps $(TRAIN_STEPS) --warmup_steps $$(($(TRAIN_STEPS) / 100))
+
+# make demo: the Python docs -> DirectRunner -> out/demo/corpus -> tiny BERT on CPU -> out/demo/run.
+DEMO := out/demo
+DEMO_CORPUS := --doc_per_file --vocab_size 8000 --seq_len 128 --max_predictions 20 --dupe_factor 2
+DEMO_TRAIN := --preset tiny --strategy cpu --global_batch_size 32 --train_steps 1500 --warmup_steps 150 \
+	--learning_rate 2e-3 --log_every 100 --checkpoint_every 250 --eval_every 500 --eval_steps 10
+
+.PHONY: setup test test-slow lint format corpus data demo pretrain-cpu pretrain-gpu pretrain-tpu \
+	tensorboard bench-corpus bench-input bench-train clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +49,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 data: $(STAMP)
-	$(BIN)/python -m pipeline.fetch_corpora --dest $(DATA)
+	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -46,15 +66,44 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 corpus: $(STAMP)
-	@if [ "$(INPUT)" = "$(DATA)/python_docs/*.rst.txt,$(DATA)/python_docs/*/*.rst.txt" ]; then \
-		$(BIN)/python -m pipeline.fetch_corpora --dest $(DATA) python_docs; fi
+	@if [ "$(INPUT)" = "$(DOCS)" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs; fi
 	$(BIN)/python -m pipeline.build_corpus --input '$(INPUT)' --output $(OUTPUT) $(ARGS) $(BEAM_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs
+	test -f $(DEMO)/corpus/manifest.json || \
+		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
+	$(BIN)/python -m launch.pretrain --data $(DEMO)/corpus --model_dir $(DEMO)/run $(DEMO_TRAIN)
+
+pretrain-cpu: PRESET = tiny
+pretrain-cpu: GLOBAL_BATCH = 32
+pretrain-cpu: $(STAMP)
+	$(PRETRAIN) --strategy cpu $(TRAIN_ARGS)
+
+# All visible GPUs under MirroredStrategy; bf16 needs Ampere or newer (pass --mixed_precision fp16 before).
+pretrain-gpu: $(STAMP)
+	$(PRETRAIN) --strategy gpu --mixed_precision bf16 $(TRAIN_ARGS)
+
+# On a TPU VM (TPU=local) or with a TPU node's name; DATA and MODEL_DIR must be gs:// paths.
+TPU ?= local
+pretrain-tpu: $(STAMP)
+	$(PRETRAIN) --strategy tpu --tpu $(TPU) --mixed_precision bf16 --steps_per_execution 100 \
+		--log_every 1000 --checkpoint_every 5000 --eval_every 5000 $(TRAIN_ARGS)
+
+tensorboard: $(STAMP)
+	$(BIN)/tensorboard --logdir $(MODEL_DIR)/logs --port 6006
 
 bench-corpus: $(STAMP)
 	$(BIN)/python bench/corpus.py
 
 bench-input: $(STAMP)
 	$(BIN)/python bench/input.py
+
+bench-train: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	test -f $(DEMO)/corpus/manifest.json || \
+		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
+	$(BIN)/python bench/train.py --corpus $(DEMO)/corpus
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -173,8 +174,14 @@ def model_variables(model: keras.Model) -> dict:
 
 
 def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> dict:
-    """Step counter and slots, keyed without the optimizer's own (counter-suffixed) name."""
-    return _unique({v.path.split("/", 1)[-1]: v.value for v in optimizer.variables}, optimizer.variables)
+    """Step counter and slots, keyed by path without the counter suffix that a second optimizer
+    in one process gets (`adam_w_1/...` -> `adam_w/...`)."""
+
+    def key(path: str) -> str:
+        owner, _, rest = path.partition("/")
+        return f"{re.sub(r'_[0-9]+$', '', owner)}/{rest}"
+
+    return _unique({key(v.path): v.value for v in optimizer.variables}, optimizer.variables)
 
 
 def _unique(named: dict, variables) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from model.bert import PACKAGE
@@ -36,6 +35,10 @@ class MaskedLMLoss(keras.losses.Loss):
 
 
 def _sum_over_replicas(value):
+    if keras.backend.backend() != "tensorflow":  # JAX/torch: no tf.distribute replicas to sum over
+        return value
+    import tensorflow as tf
+
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return value

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -50,3 +51,52 @@ def test_multi_worker_from_tf_config_in_a_fresh_process():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                             env={**__import__("os").environ, "TF_CONFIG": json.dumps(config)})  # fmt: skip
     assert result.stdout.strip().splitlines()[-1] == "True 1", result.stderr[-2000:]
+
+
+MIRRORED_RUN = r"""
+import json, sys
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+from launch.config import TrainConfig
+from launch.train import TrainError, train
+
+corpus, model_dir, bert = sys.argv[1:4]
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+common = dict(data=corpus, bert_config=bert, train_steps=30, warmup_steps=3, learning_rate=2e-3,
+              log_every=10, checkpoint_every=10, eval_every=10, eval_steps=2, export=False,
+              # XLA stays off: TF 2.21's XLA steps under MirroredStrategy on logical CPU devices
+              # fail with a cross-device resource error; XLA is tested on one device.
+              jit_compile=False)
+try:
+    train(TrainConfig(model_dir=model_dir + "/odd", global_batch_size=15, **common), strategy)
+except TrainError as e:
+    print("ERROR", e)
+summary = train(TrainConfig(model_dir=model_dir, global_batch_size=16, **common), strategy)
+print("SUMMARY", json.dumps(summary))
+"""
+
+
+def test_mirrored_strategy_on_two_logical_cpus_trains(small_corpus, tmp_path):
+    from model.config import BertConfig
+    from pipeline.schema import read_manifest
+
+    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    bert = tmp_path / "bert.json"
+    bert.write_text(BertConfig(vocab, 24, 2, 3, 44, 32).to_json())
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_RUN, str(small_corpus), str(tmp_path / "run"), str(bert)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    lines = result.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("ERROR")]
+    assert errors == [
+        "ERROR --global_batch_size 15 does not divide over 2 replicas; use a multiple of 2 or "
+        "--per_replica_batch_size"
+    ], result.stderr[-3000:]
+    summary = json.loads(next(line for line in lines if line.startswith("SUMMARY"))[len("SUMMARY ") :])
+    assert summary["step"] == 30
+    rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    assert rows[-1]["loss"] < rows[0]["loss"] and np.isfinite(summary["eval"]["mlm_loss"])

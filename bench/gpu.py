@@ -1,0 +1,156 @@
+"""BERT pretraining throughput and MFU on one GPU: BERT-base, seq_len 128, bf16, XLA.
+
+    bash bench/gpu.sh [--batch_size 256] [--steps 200]     # the prepared wrapper; see it first
+
+The model, loss, optimizer and compile call are `launch.pretrain`'s (bertbeam's Keras model, AdamW
+with BERT's schedule, MaskedLMLoss, jit_compile=True); the batches are random token ids with the
+corpus's static shapes, since throughput does not depend on their content and the point is the
+accelerator, not the input pipeline. Keras runs on TensorFlow when it is installed, else on JAX
+(the same Keras code; XLA compiles either). MFU = model FLOPs per step x steps/s / peak, with
+the peak from the vendor's dense bf16 figure (`launch/flops.py`), and a large bf16 matmul timed
+in the same process as the achievable reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def synthetic_batches(batch: int, seq_len: int, max_predictions: int, vocab: int, count: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = batch * count
+    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_len), max_predictions, replace=False)
+                                  for _ in range(n)]), axis=1).astype("int32")  # fmt: skip
+    x = {
+        "input_ids": rng.integers(5, vocab, (n, seq_len), dtype="int32"),
+        "input_mask": np.ones((n, seq_len), "int32"),
+        "segment_ids": np.zeros((n, seq_len), "int32"),
+        "document_ids": np.ones((n, seq_len), "int32"),
+        "masked_lm_positions": positions,
+    }
+    y = {"mlm": rng.integers(5, vocab, (n, max_predictions), dtype="int32")}
+    w = {"mlm": np.ones((n, max_predictions), "float32")}
+    return x, y, w
+
+
+def matmul_tflops(size: int = 8192, runs: int = 20) -> float:
+    """Achievable bf16 matmul rate on this device, XLA-compiled through Keras's backend."""
+    import keras
+
+    a = keras.random.normal((size, size), dtype="bfloat16", seed=1)
+    b = keras.random.normal((size, size), dtype="bfloat16", seed=2)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        f = jax.jit(lambda x, y: x @ y)
+        f(a, b).block_until_ready()
+        start = time.perf_counter()
+        for _ in range(runs):
+            c = f(a, b)
+        c.block_until_ready()
+    else:
+        import tensorflow as tf
+
+        f = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
+        float(tf.cast(f(a, b)[0, 0], tf.float32))  # compile; a float waits for the result
+        start = time.perf_counter()
+        for _ in range(runs):
+            c = f(a, b)
+        float(tf.cast(c[0, 0], tf.float32))
+    return 2 * size**3 * runs / (time.perf_counter() - start) / 1e12
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--vocab_size", type=int, default=30522, help="BERT's English WordPiece size")
+    parser.add_argument("--seq_len", type=int, default=128)
+    parser.add_argument("--max_predictions", type=int, default=20)
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=200, help="timed steps, after a compiling warm-up")
+    parser.add_argument("--steps_per_execution", type=int, default=10)
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    parser.add_argument("--peak_tflops", type=float, help="default: the GPU's dense bf16 figure")
+    parser.add_argument("--matmul_size", type=int, default=8192, help="the reference matmul's side")
+    parser.add_argument("--output", help="also write the figures as JSON here")
+    args = parser.parse_args()
+
+    import keras
+
+    from launch.flops import peak_tflops_for, training_flops_per_example
+    from launch.optimizer import build_optimizer
+    from model.bert import build_pretraining_model
+    from model.config import BertConfig
+    from model.losses import compile_pretraining
+
+    name = gpu_name()
+    peak = args.peak_tflops or peak_tflops_for(name)
+    if args.precision == "bf16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    config = BertConfig.preset(args.preset, args.vocab_size)
+    model = build_pretraining_model(config, args.seq_len, args.max_predictions)
+    optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=100, total_steps=100_000)
+    compile_pretraining(model, optimizer, jit_compile=True, steps_per_execution=args.steps_per_execution)
+    spe = args.steps_per_execution
+    x, y, w = synthetic_batches(args.batch_size, args.seq_len, args.max_predictions, args.vocab_size, 2 * spe)
+    started = time.perf_counter()
+    model.fit(x, y, sample_weight=w, batch_size=args.batch_size, epochs=1, verbose=0)  # compile + warm up
+    compile_s = time.perf_counter() - started
+    timed_steps = max(spe, args.steps // spe * spe)
+    epochs = max(1, timed_steps // (2 * spe))
+    start = time.perf_counter()
+    history = model.fit(x, y, sample_weight=w, batch_size=args.batch_size, epochs=epochs, verbose=0)
+    elapsed = time.perf_counter() - start
+    steps = epochs * 2 * spe
+    flops = training_flops_per_example(config, args.seq_len, args.max_predictions) * args.batch_size
+    achievable = matmul_tflops(args.matmul_size)
+    result = {
+        "device": name,
+        "backend": keras.backend.backend(),
+        "keras": keras.__version__,
+        "preset": args.preset,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "precision": args.precision,
+        "compile_and_warmup_s": round(compile_s, 1),
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "examples_per_s": steps * args.batch_size / elapsed,
+        "tokens_per_s": steps * args.batch_size * args.seq_len / elapsed,
+        "model_tflops_per_s": flops * steps / elapsed / 1e12,
+        "peak_tflops": peak,
+        "mfu": flops * steps / elapsed / (peak * 1e12) if peak else None,
+        "matmul_bf16_tflops": achievable,
+        "final_loss": float(history.history["loss"][-1]),
+    }
+    for key, value in result.items():
+        print(f"{key:>22}: {value:.4g}" if isinstance(value, float) else f"{key:>22}: {value}")
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Training throughput and MFU on this host, and the same model trained side by side with keras-hub.
+
+    .venv/bin/python bench/train.py [--corpus out/demo/corpus] [--presets tiny,mini,small]
+    make bench-train          # installs the bench extra (keras-hub) first
+
+For each preset at seq_len 128: steps/s, examples/s, tokens/s and MFU of bertbeam's pretraining
+model (XLA, AdamW, as `launch.pretrain` compiles it). The peak for MFU is measured in the same
+process: a large XLA float32 matmul. keras-hub's `BertMaskedLM` with the same sizes, optimizer,
+loss weighting and XLA then trains on the very same batches (real corpus batches, cached in
+memory so neither side waits on input); the ratio is ours / keras-hub's. Target: >= 1.3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def batches(corpus: str, batch_size: int, count: int):
+    """`count` real batches from the corpus, held in memory and repeated."""
+    import tensorflow as tf
+
+    from pipeline.input import make_dataset
+    from pipeline.schema import read_manifest
+
+    ds = make_dataset(f"{corpus}/train-*", manifest=read_manifest(corpus), per_replica_batch_size=batch_size,
+                      training=True, seed=0)  # fmt: skip
+    return ds.take(count).cache().repeat().prefetch(tf.data.AUTOTUNE)
+
+
+def as_keras_hub(ds):
+    """Our batches in BertMaskedLM's input names (same tensors)."""
+    import tensorflow as tf
+
+    def convert(features, labels, weights):
+        x = {
+            "token_ids": features["input_ids"],
+            "segment_ids": features["segment_ids"],
+            "padding_mask": tf.cast(features["input_mask"], tf.bool),
+            "mask_positions": features["masked_lm_positions"],
+        }
+        return x, labels["mlm"], weights["mlm"]
+
+    return ds.map(convert)
+
+
+def ours(config, seq_len: int, max_predictions: int):
+    import keras
+
+    from launch.optimizer import build_optimizer
+    from model.bert import build_pretraining_model
+    from model.losses import compile_pretraining
+
+    model = build_pretraining_model(config, seq_len, max_predictions)
+    optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=10, total_steps=10_000)
+    compile_pretraining(model, optimizer, jit_compile=True)
+    assert isinstance(model, keras.Model)
+    return model
+
+
+def keras_hub_model(config, seq_len: int):
+    import keras
+    import keras_hub
+
+    from launch.optimizer import build_optimizer
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config.vocab_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        hidden_dim=config.hidden_size,
+        intermediate_dim=config.intermediate_size,
+        dropout=config.dropout,
+        max_sequence_length=max(seq_len, 512),
+    )
+    model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
+    optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=10, total_steps=10_000)
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=True,
+    )
+    return model
+
+
+def steps_per_s(model, ds, steps: int) -> float:
+    """Trained steps per second after a first epoch that compiles and warms up."""
+    model.fit(ds, steps_per_epoch=3, epochs=1, verbose=0)
+    start = time.perf_counter()
+    model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default=str(REPO / "out/demo/corpus"), help="a corpus at seq_len 128")
+    parser.add_argument("--presets", default="tiny,mini,small")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=20.0, help="rough time per measurement")
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    from launch.flops import measure_matmul_tflops, training_flops_per_example
+    from model.config import BertConfig
+    from pipeline.schema import read_manifest
+
+    manifest = read_manifest(args.corpus)
+    seq_len, max_predictions = manifest["build"]["seq_len"], manifest["build"]["max_predictions"]
+    vocab = manifest["vocab"]["size"]
+    peak = measure_matmul_tflops()
+    print(f"corpus {args.corpus}: seq_len {seq_len}, {max_predictions} predictions, vocab {vocab}; "
+          f"batch {args.batch_size}; {os.cpu_count()} cores; TF {tf.__version__}")  # fmt: skip
+    print(f"peak (2048x2048 float32 matmul, XLA): {peak * 1000:.1f} GFLOP/s\n")
+    print(f"{'preset':<7} {'steps/s':>8} {'ex/s':>8} {'tokens/s':>9} {'MFU':>6} | "
+          f"{'keras-hub steps/s':>17} {'ours/keras-hub':>14}")  # fmt: skip
+    data = batches(args.corpus, args.batch_size, 8)
+    for preset in args.presets.split(","):
+        config = BertConfig.preset(preset, vocab)
+        flops = training_flops_per_example(config, seq_len, max_predictions) * args.batch_size
+        probe = ours(config, seq_len, max_predictions)
+        steps = max(5, int(args.seconds * steps_per_s(probe, data, 3)))  # size the run to ~seconds
+        ours_rate = steps_per_s(probe, data, steps)
+        hub_rate = steps_per_s(keras_hub_model(config, seq_len), as_keras_hub(data), steps)
+        mfu = ours_rate * flops / (peak * 1e12)
+        print(f"{preset:<7} {ours_rate:8.2f} {ours_rate * args.batch_size:8.1f} "
+              f"{ours_rate * args.batch_size * seq_len:9.0f} {100 * mfu:5.1f}% | "
+              f"{hub_rate:17.2f} {ours_rate / hub_rate:13.2f}x", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
