@@ -93,6 +93,10 @@ class TrainConfig:
         need(self.eval_steps >= 0, f"--eval_steps: expected >= 0, found {self.eval_steps}")
         need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
         need(
+            not (self.trace_batches and "://" in self.model_dir),
+            "--trace_batches appends to local files: use a local --model_dir",
+        )
+        need(
             self.steps_per_execution == 1 or self.batches_per_epoch % self.steps_per_execution == 0,
             f"--steps_per_execution {self.steps_per_execution} must divide the {self.batches_per_epoch} "
             "batches between logs/checkpoints/evals; change --log_every or --steps_per_execution",

@@ -214,11 +214,9 @@ def make_inputs(
     config: TrainConfig, corpus: Corpus, strategy: tf.distribute.Strategy, per_replica: int, start_batch: int
 ):
     """(distributed training stream starting at `start_batch`, validation dataset or None)."""
-    trace = None
-    if config.trace_batches:
-        trace_dir = f"{config.model_dir}/trace"
-        os.makedirs(trace_dir, exist_ok=True)
-        trace = trace_dir
+    trace = f"{config.model_dir}/trace" if config.trace_batches else None
+    if trace:
+        os.makedirs(trace, exist_ok=True)  # local only: TrainConfig refuses gs:// with tracing
 
     def train_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # A batch index counts per input pipeline; each feeds its share of the replicas per step.
@@ -285,8 +283,9 @@ def validation_batches(config: TrainConfig, corpus: Corpus, global_batch: int) -
 
 
 class EpochLog(keras.callbacks.Callback):
-    """At each epoch end (every log interval): a console line, TensorBoard scalars, a history row,
-    and a checkpoint when one is due. Throughput covers training only, not validation."""
+    """At each epoch end (every log interval): TensorBoard scalars, a history row, a checkpoint
+    when one is due, and step, learning rate, examples/s and MFU on Keras's progress line.
+    Throughput covers training only, not validation."""
 
     def __init__(self, config: TrainConfig, history: History, checkpoints: Checkpoints, *,
                  global_batch: int, seq_len: int, flops_per_example: float, peak_tflops: float | None,
@@ -303,7 +302,6 @@ class EpochLog(keras.callbacks.Callback):
             "train": tf.summary.create_file_writer(f"{config.model_dir}/logs/train"),
             "validation": tf.summary.create_file_writer(f"{config.model_dir}/logs/validation"),
         }
-        self.throughput: list[float] = []
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.perf_counter()
@@ -328,7 +326,6 @@ class EpochLog(keras.callbacks.Callback):
         if "val_loss" in logs:
             row["val_loss"] = _mlm_loss(logs, "val_")
             row["val_mlm_accuracy"] = _pick(logs, "val_mlm_accuracy", "val_accuracy")
-        self.throughput.append(examples_per_s)
         self._write(step, row)
         self.history.append(row)
         if step % self.config.checkpoint_every == 0 or step == self.config.train_steps:

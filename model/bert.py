@@ -16,6 +16,16 @@ from model.config import BertConfig
 PACKAGE = "bertbeam"
 
 
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def gelu_approximate(x):
+    """GELU's tanh approximation, as google-research/bert (registered, so saved models name it)."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+# GELU flavours: exact erf (Hugging Face's "gelu") or the tanh approximation (google-research/bert's).
+ACTIVATIONS = {"gelu": keras.activations.gelu, "gelu_approximate": gelu_approximate}
+
+
 def _init(config: BertConfig):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
@@ -64,9 +74,11 @@ class TransformerBlock(keras.layers.Layer):
         initializer_range: float = 0.02,
         layer_norm_epsilon: float = 1e-12,
         pre_layer_norm: bool = False,
+        hidden_act: str = "gelu",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.hidden_act = hidden_act
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.intermediate_size = intermediate_size
@@ -82,9 +94,11 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=layer_norm_epsilon, name="attention_norm"
         )
         self.attention_dropout = keras.layers.Dropout(dropout, name="attention_dropout")
-        # Exact-erf GELU, as BERT (not the tanh approximation).
         self.intermediate = keras.layers.Dense(
-            intermediate_size, activation=keras.activations.gelu, kernel_initializer=init, name="intermediate"
+            intermediate_size,
+            activation=ACTIVATIONS[hidden_act],
+            kernel_initializer=init,
+            name="intermediate",
         )
         self.output_dense = keras.layers.Dense(hidden_size, kernel_initializer=init, name="output")
         self.output_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="output_norm")
@@ -97,10 +111,18 @@ class TransformerBlock(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
         self.output_norm.build(input_shape)
 
-    def call(self, x, attention_mask, training=None):  # x (B, T, H), attention_mask (B, T, T)
+    def call(self, x, attention_mask, query_positions=None, training=None):
+        """x (B, T, H), attention_mask (B, T, T) -> (B, T, H); or, given query_positions (B, Q),
+        only those Q rows: (B, Q, H), exactly what the full call gives there, with the
+        feed-forward (the block's largest matmuls) on Q rows instead of T.
+
+        Attention itself still runs on all T queries: on XLA:CPU (TF 2.21) the attention-dropout
+        of a (B, heads, Q, T) score tensor with Q < T made the step 2x slower, not faster."""
         norm = self.attention_norm if self.pre_layer_norm else (lambda y: y)
         y = norm(x)
         y = self.attention(y, y, attention_mask=attention_mask, training=training)
+        if query_positions is not None:
+            x, y = gather_rows(x, query_positions), gather_rows(y, query_positions)  # (B, Q, H)
         x = x + self.attention_dropout(y, training=training)
         if not self.pre_layer_norm:
             x = self.attention_norm(x)
@@ -119,7 +141,21 @@ class TransformerBlock(keras.layers.Layer):
             "initializer_range": self.initializer_range,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "pre_layer_norm": self.pre_layer_norm,
+            "hidden_act": self.hidden_act,
         }
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class OneHotEmbedding(keras.layers.Embedding):
+    """keras.layers.Embedding, looked up as a one-hot matmul: for a small table (the 2 segment
+    ids) that is as fast, and its gradient is dense. A gather's gradient is an IndexedSlices with
+    one slice per token, and Keras 3.15's Adam squares such slices before summing duplicates, so
+    the second moment of a row every token hits (segment 0) comes out as a sum of squares instead
+    of a square of sums. google-research/bert also used one-hot here, for speed."""
+
+    def call(self, inputs):
+        one_hot = ops.one_hot(inputs, self.input_dim, dtype=self.compute_dtype)  # (B, T, types)
+        return ops.matmul(one_hot, ops.cast(self.embeddings, self.compute_dtype))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -131,6 +167,13 @@ class BiasAdd(keras.layers.Layer):
 
     def call(self, x):
         return x + ops.cast(self.bias, x.dtype)
+
+
+def gather_rows(x, positions):
+    """x (B, T, D), positions (B, Q) -> (B, Q, D): as a one-hot matmul, which XLA (and a TPU's
+    matrix unit) runs far faster than a batched gather and its scatter gradient."""
+    picker = ops.one_hot(positions, x.shape[1], dtype=x.dtype)  # (B, Q, T)
+    return ops.einsum("bqt,btd->bqd", picker, x)
 
 
 def attention_mask(input_mask, document_ids):
@@ -153,39 +196,63 @@ def encoder_inputs(seq_len: int) -> dict:
     }
 
 
-def _encode(config: BertConfig, inputs: dict):
-    """The encoder graph on `inputs`: (sequence (B, T, H), pooled (B, H), token embedding layer)."""
-    seq_len = inputs["input_ids"].shape[1]
-    if seq_len > config.max_position:
-        raise ValueError(f"seq_len {seq_len} exceeds the model's max_position {config.max_position}")
+def encoder_layers(config: BertConfig) -> dict:
+    """The encoder's layers, by the names checkpoints and `encoder_from` know them by."""
     init = _init(config)
-    token_embedding = keras.layers.ReversibleEmbedding(
-        config.vocab_size, config.hidden_size, embeddings_initializer=init, name="token_embedding"
-    )
-    segment_embedding = keras.layers.Embedding(
-        config.type_vocab_size, config.hidden_size, embeddings_initializer=init, name="segment_embedding"
-    )
-    x = token_embedding(inputs["input_ids"]) + segment_embedding(inputs["segment_ids"])  # (B, T, H)
-    x = PositionEmbedding(config.max_position, config.initializer_range, name="position_embedding")(x)
-    x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="embedding_norm")(x)
-    x = keras.layers.Dropout(config.dropout, name="embedding_dropout")(x)
-    mask = attention_mask(inputs["input_mask"], inputs["document_ids"])  # (B, T, T)
-    for i in range(config.num_layers):
-        x = TransformerBlock(
-            config.hidden_size,
-            config.num_heads,
-            config.intermediate_size,
-            config.dropout,
-            config.initializer_range,
-            config.layer_norm_epsilon,
-            config.pre_layer_norm,
-            name=f"transformer_{i}",
-        )(x, attention_mask=mask)
-    if config.pre_layer_norm:
-        x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_norm")(x)
-    x = keras.layers.Identity(name="sequence_output")(x)  # a stable name for `encoder_from`
-    pooler = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
-    return x, pooler(x[:, 0, :]), token_embedding  # pooled from [CLS]
+    layers = {
+        "token_embedding": keras.layers.ReversibleEmbedding(
+            config.vocab_size, config.hidden_size, embeddings_initializer=init, name="token_embedding"
+        ),
+        "segment_embedding": OneHotEmbedding(
+            config.type_vocab_size, config.hidden_size, embeddings_initializer=init, name="segment_embedding"
+        ),
+        "position_embedding": PositionEmbedding(
+            config.max_position, config.initializer_range, name="position_embedding"
+        ),
+        "embedding_norm": keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_epsilon, name="embedding_norm"
+        ),
+        "embedding_dropout": keras.layers.Dropout(config.dropout, name="embedding_dropout"),
+        "blocks": [
+            TransformerBlock(
+                config.hidden_size,
+                config.num_heads,
+                config.intermediate_size,
+                config.dropout,
+                config.initializer_range,
+                config.layer_norm_epsilon,
+                config.pre_layer_norm,
+                config.hidden_act,
+                name=f"transformer_{i}",
+            )
+            for i in range(config.num_layers)
+        ],
+        "final_norm": keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_norm")
+        if config.pre_layer_norm
+        else None,
+    }
+    return layers
+
+
+def _embed(layers: dict, inputs: dict):
+    """(token + segment + position embeddings, normalised: (B, T, H); attention mask (B, T, T))."""
+    x = layers["token_embedding"](inputs["input_ids"]) + layers["segment_embedding"](inputs["segment_ids"])
+    x = layers["embedding_dropout"](layers["embedding_norm"](layers["position_embedding"](x)))
+    return x, attention_mask(inputs["input_mask"], inputs["document_ids"])
+
+
+def _encode(layers: dict, inputs: dict, query_positions=None):
+    """All blocks on all T tokens, except that the last one computes only `query_positions`
+    when given: (B, T, H), or (B, Q, H)."""
+    x, mask = _embed(layers, inputs)
+    blocks = layers["blocks"]
+    for block in blocks[:-1]:
+        x = block(x, attention_mask=mask)
+    if query_positions is None:
+        x = blocks[-1](x, attention_mask=mask)
+    else:
+        x = blocks[-1](x, attention_mask=mask, query_positions=query_positions)
+    return layers["final_norm"](x) if layers["final_norm"] is not None else x
 
 
 def build_pretraining_model(
@@ -193,46 +260,76 @@ def build_pretraining_model(
 ) -> keras.Model:
     """Encoder + masked-LM head (+ NSP/SOP head): outputs {"mlm": (B, P, V)[, "nsp": (B, 2)]} logits.
 
-    The MLM head gathers the P masked positions first, so the V-wide projection (tied to the token
-    embedding) runs on P positions, not T. One flat graph: the tied embedding is one layer called
-    twice, which `clone_model` and saving keep tied.
+    Pretraining reads the last block's output at P masked positions and at [CLS] only, so the last
+    block's feed-forward runs on just those 1 + P rows: the same numbers as a full pass, for
+    (1 + P) / T of that work (`TransformerBlock.call`). The MLM head's
+    vocab-wide projection, tied to the token embedding, then runs on P positions, not T. One flat
+    graph: the tied embedding is one layer called twice, which `clone_model` and saving keep tied.
     """
+    if seq_len > config.max_position:
+        raise ValueError(f"seq_len {seq_len} exceeds the model's max_position {config.max_position}")
     inputs = encoder_inputs(seq_len)
     inputs["masked_lm_positions"] = keras.Input((max_predictions,), dtype="int32", name="masked_lm_positions")
-    sequence, pooled, token_embedding = _encode(config, inputs)
-    picked = ops.take_along_axis(sequence, inputs["masked_lm_positions"][:, :, None], axis=1)  # (B, P, H)
+    layers = encoder_layers(config)
+    cls = ops.zeros_like(inputs["masked_lm_positions"][:, :1])  # [CLS] is at position 0
+    rows = ops.concatenate([cls, inputs["masked_lm_positions"]], axis=1)  # (B, 1 + P)
+    encoded = _encode(layers, inputs, query_positions=rows)  # (B, 1 + P, H)
     h = keras.layers.Dense(
         config.hidden_size,
-        activation=keras.activations.gelu,
+        activation=ACTIVATIONS[config.hidden_act],
         kernel_initializer=_init(config),
         name="mlm_transform",
-    )(picked)
+    )(encoded[:, 1:, :])
     h = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="mlm_norm")(h)
-    logits = BiasAdd(name="mlm_bias")(token_embedding(h, reverse=True))  # (B, P, V)
+    logits = BiasAdd(name="mlm_bias")(layers["token_embedding"](h, reverse=True))  # (B, P, V)
     # Logits in float32 also under a bf16/fp16 policy: the softmax over V needs the range.
     outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)}
     if next_sentence:
-        nsp = keras.layers.Dense(2, kernel_initializer=_init(config), name="nsp_logits")(pooled)
+        pooler = keras.layers.Dense(
+            config.hidden_size, activation="tanh", kernel_initializer=_init(config), name="pooler"
+        )
+        nsp = keras.layers.Dense(2, kernel_initializer=_init(config), name="nsp_logits")(
+            pooler(encoded[:, 0, :])
+        )
         outputs["nsp"] = keras.layers.Activation("linear", dtype="float32", name="nsp")(nsp)
     return keras.Model(inputs, outputs, name="bert_pretraining")
 
 
 def encoder_from(pretraining_model: keras.Model) -> keras.Model:
     """The encoder inside a pretraining model, sharing its weights: inputs without the masked
-    positions -> {"sequence_output": (B, T, H), "pooled_output": (B, H)}.
+    positions -> {"sequence_output": (B, T, H), "pooled_output": (B, H)}, every block on all T.
 
     A model trained without the NSP/SOP head never used its pooler, so none is in its graph; the
     encoder then gets an untrained one (as RoBERTa's is), initialised from a fixed seed so that
     every encoder taken from the same model, exported or not, has the same pooler.
     """
-    inputs = {k: v for k, v in pretraining_model.input.items() if k != "masked_lm_positions"}
-    sequence = pretraining_model.get_layer("sequence_output").output
-    if any(layer.name == "pooler" for layer in pretraining_model.layers):
-        pooled = pretraining_model.get_layer("pooler").output
+    model = pretraining_model
+    names = {layer.name for layer in model.layers}
+    layers = {
+        name: model.get_layer(name)
+        for name in ("token_embedding", "segment_embedding", "position_embedding", "embedding_norm",
+                     "embedding_dropout")
+    }  # fmt: skip
+    layers["blocks"] = [model.get_layer(f"transformer_{i}") for i in range(_count_blocks(names))]
+    layers["final_norm"] = model.get_layer("final_norm") if "final_norm" in names else None
+    seq_len = model.input["input_ids"].shape[1]
+    inputs = encoder_inputs(seq_len)
+    sequence = _encode(layers, inputs)
+    if "pooler" in names:
+        pooler = model.get_layer("pooler")
     else:
         width = sequence.shape[-1]
         init = keras.initializers.TruncatedNormal(stddev=0.02, seed=0)
-        pooled = keras.layers.Dense(width, activation="tanh", kernel_initializer=init, name="pooler")(
-            sequence[:, 0, :]
-        )
-    return keras.Model(inputs, {"sequence_output": sequence, "pooled_output": pooled}, name="bert_encoder")
+        pooler = keras.layers.Dense(width, activation="tanh", kernel_initializer=init, name="pooler")
+    outputs = {
+        "sequence_output": keras.layers.Identity(name="sequence_output")(sequence),
+        "pooled_output": pooler(sequence[:, 0, :]),
+    }
+    return keras.Model(inputs, outputs, name="bert_encoder")
+
+
+def _count_blocks(names: set[str]) -> int:
+    count = 0
+    while f"transformer_{count}" in names:
+        count += 1
+    return count

@@ -19,8 +19,13 @@ class BertConfig:
     initializer_range: float = 0.02  # stddev of the truncated-normal initializer
     layer_norm_epsilon: float = 1e-12  # as google-research/bert
     pre_layer_norm: bool = False  # False: BERT's post-LN blocks; True: pre-LN (more stable deep)
+    hidden_act: str = (
+        "gelu"  # "gelu": exact erf (Hugging Face); "gelu_approximate": tanh (google-research/bert)
+    )
 
     def __post_init__(self):
+        if self.hidden_act not in ("gelu", "gelu_approximate"):
+            raise ValueError(f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}"

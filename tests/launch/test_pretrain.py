@@ -239,11 +239,12 @@ def test_flags_map_onto_the_config():
         ({"train_steps": 0}, "^--train_steps: expected >= 1, found 0"),
         ({"mixed_precision": "fp8"}, "^--mixed_precision fp8: expected one of none, bf16, fp16$"),
         ({"log_every": 10, "steps_per_execution": 4}, "^--steps_per_execution 4 must divide the 10 batches"),
+        ({"trace_batches": True, "model_dir": "gs://b/run"}, "^--trace_batches appends to local files"),
     ],
 )
 def test_bad_settings_are_one_line_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        TrainConfig(data="d", model_dir="m", **overrides)
+        TrainConfig(**{"data": "d", "model_dir": "m", **overrides})
 
 
 def test_configuration_mistakes_say_what_to_change(small_corpus, tiny_config, tmp_path):
@@ -271,3 +272,22 @@ def test_configuration_mistakes_say_what_to_change(small_corpus, tiny_config, tm
         TrainError, match=r"the validation split has \d+ records, fewer than one global batch of 4096"
     ):
         prepare(run_config(small_corpus, tmp_path / "m", tiny_config, global_batch_size=4096), None)
+
+
+def test_a_sentence_order_corpus_trains_both_heads(python_docs, botchan_vocab, tmp_path):
+    from tests.conftest import build
+
+    corpus = tmp_path / "sop"
+    build(corpus, "--input", str(python_docs / "library" / "b*.rst.txt"), "--vocab", str(botchan_vocab),
+          "--seq_len", "32", "--max_predictions", "5", "--dupe_factor", "1", "--mode", "segment_pair",
+          "--sop", "--validation_fraction", "0.2")  # fmt: skip
+    bert = tmp_path / "bert.json"
+    bert.write_text(BertConfig(1000, 24, 1, 3, 44, 32).to_json())
+    summary = train(run_config(corpus, tmp_path / "run", bert, train_steps=4, log_every=2, checkpoint_every=2,
+                               eval_every=2, eval_steps=1, export=True))  # fmt: skip
+    assert 0.0 <= summary["eval"]["nsp_accuracy"] <= 1.0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    # The masked-LM loss alone, not the sum with the sentence-order loss.
+    assert all(0 < r["loss"] < 7.3 and 0 < r["val_loss"] < 7.3 for r in rows)  # ln 1000 = 6.9; + SOP ~0.7
+    loaded = keras.saving.load_model(tmp_path / "run" / "export" / "pretraining.keras")
+    assert sorted(loaded.output) == ["mlm", "nsp"]

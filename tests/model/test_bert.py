@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.bert import BiasAdd, PositionEmbedding, TransformerBlock, build_pretraining_model, encoder_from
+from model.bert import (
+    BiasAdd,
+    OneHotEmbedding,
+    PositionEmbedding,
+    TransformerBlock,
+    build_pretraining_model,
+    encoder_from,
+)
 from model.config import BertConfig
 from model.losses import MaskedLMLoss, compile_pretraining
 
@@ -40,6 +47,7 @@ def batch(seed=0, documents=1):
         PositionEmbedding(16, 0.05, name="p"),
         TransformerBlock(12, 3, 37, 0.2, 0.03, 1e-6, True, name="t"),
         BiasAdd(name="b"),
+        OneHotEmbedding(3, 12, embeddings_initializer="ones", name="o"),
     ],
 )
 def test_custom_layers_round_trip_their_config(layer):
@@ -51,6 +59,7 @@ def test_custom_layers_round_trip_their_config(layer):
 def test_every_constructor_argument_is_in_get_config():
     import inspect
 
+    # OneHotEmbedding adds no argument to keras.layers.Embedding's: the round trip above covers it.
     examples = [PositionEmbedding(9), TransformerBlock(12, 3, 37), BiasAdd(), MaskedLMLoss()]
     for instance in examples:
         args = [
@@ -160,3 +169,49 @@ def test_train_step_compiles_with_xla_and_a_tiny_model_overfits(small_corpus):
     assert model.jit_compile
     assert history["loss"][-1] < 0.3 * history["loss"][0], history["loss"][::8]
     assert history["accuracy"][-1] > 0.8
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        CONFIG,
+        BertConfig(37, 12, 3, 3, 37, 16, pre_layer_norm=True, hidden_act="gelu_approximate"),
+    ],
+    ids=["post-LN, exact GELU", "pre-LN, tanh GELU"],
+)
+def test_the_last_block_on_the_read_rows_only_equals_a_full_pass(config):
+    """The pretraining model runs its last block on [CLS] and the P masked rows only; the heads
+    applied to a full pass (every block on all T tokens, via `encoder_from`) give the same logits."""
+    keras.utils.set_random_seed(3)
+    model = build_pretraining_model(config, T, P, next_sentence=True)
+    x = batch(seed=4, documents=2)
+    x["input_mask"][:2, -2:] = 0  # some padding too
+    out = model(x, training=False)
+    full = encoder_from(model)({k: v for k, v in x.items() if k != "masked_lm_positions"}, training=False)
+    picked = np.take_along_axis(full["sequence_output"].numpy(), x["masked_lm_positions"][:, :, None], axis=1)
+    h = model.get_layer("mlm_norm")(model.get_layer("mlm_transform")(picked))
+    logits = model.get_layer("mlm_bias")(model.get_layer("token_embedding")(h, reverse=True))
+    np.testing.assert_allclose(out["mlm"].numpy(), logits.numpy(), atol=2e-5)
+    nsp = model.get_layer("nsp_logits")(full["pooled_output"])
+    np.testing.assert_allclose(out["nsp"].numpy(), nsp.numpy(), atol=2e-5)
+    assert (
+        config.hidden_act == "gelu"
+        or model.get_layer("mlm_transform").activation.__name__ == "gelu_approximate"
+    )
+
+
+def test_every_gradient_is_dense():
+    """An IndexedSlices gradient (a gather's) meets Keras 3.15's Adam, which squares slices before
+    summing duplicate rows: no variable of the model may get one."""
+    model = build_pretraining_model(CONFIG, T, P, next_sentence=True)
+    x = batch(seed=5)
+    with tf.GradientTape() as tape:
+        out = model(x, training=True)
+        loss = tf.reduce_sum(out["mlm"]) + tf.reduce_sum(out["nsp"])
+    grads = tape.gradient(loss, model.trainable_variables)
+    sparse = [
+        v.path
+        for v, g in zip(model.trainable_variables, grads, strict=True)
+        if isinstance(g, tf.IndexedSlices)
+    ]
+    assert sparse == []
