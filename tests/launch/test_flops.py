@@ -1,0 +1,35 @@
+"""Model FLOPs for MFU, counted independently from a built model's own kernels; device peaks."""
+
+import numpy as np
+import pytest
+
+from launch.flops import peak_tflops_for, training_flops_per_example
+from model.bert import build_pretraining_model
+from model.config import BertConfig
+
+
+def test_training_flops_match_the_models_own_matmuls():
+    config = BertConfig(vocab_size=37, hidden_size=12, num_layers=3, num_heads=3, intermediate_size=29,
+                        max_position=16)  # fmt: skip
+    t, p = 11, 4
+    model = build_pretraining_model(config, t, p, next_sentence=True)
+    encoder_kernels = sum(
+        int(np.prod(w.shape))
+        for w in model.weights
+        if w.path.startswith("transformer_") and "kernel" in w.path
+    )
+    attention = config.num_layers * 2 * (2 * t * t * config.hidden_size)  # scores and context
+    transform = int(np.prod(model.get_layer("mlm_transform").kernel.shape))
+    vocab = int(np.prod(model.get_layer("token_embedding").embeddings.shape))  # tied output projection
+    pooler = int(np.prod(model.get_layer("pooler").kernel.shape))
+    forward = 2 * t * encoder_kernels + attention + 2 * p * (transform + vocab) + 2 * pooler
+    assert training_flops_per_example(config, t, p) == 3 * forward
+
+
+@pytest.mark.parametrize(
+    "kind, peak",
+    [("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("TPU v5 lite", 197.0), ("TPU v4", 275.0),
+     ("Tesla T4", 65.0), ("AMD EPYC", None)],
+)  # fmt: skip
+def test_peaks_of_known_devices(kind, peak):
+    assert peak_tflops_for(kind) == peak
