@@ -57,7 +57,6 @@ class Corpus:
     vocab_size: int
     vocab_file: str
     next_sentence: bool  # segment_pair corpora carry NSP/SOP labels
-    train_records: int
     validation_records: int
 
     @property
@@ -84,7 +83,6 @@ def resolve_corpus(data: str) -> Corpus:
         vocab_size=int(manifest["vocab"]["size"]),
         vocab_file=f"{folder}/{manifest['vocab']['file']}",
         next_sentence=build.get("mode") == "segment_pair",
-        train_records=int(splits.get("train", {}).get("instances", 0)),
         validation_records=int(splits.get("validation", {}).get("instances", 0)),
     )
 
@@ -168,9 +166,13 @@ def model_variables(model: keras.Model) -> dict:
     (dropout RNG seeds) goes by position: its auto-generated names get a process-wide counter
     (`seed_generator_20`) that differs when a process builds a second model.
     """
-    named = {v.path: v.value for v in model.trainable_variables}
+    named = weights_by_path(model)
     named.update({f"state/{i}": v.value for i, v in enumerate(model.non_trainable_variables)})
     return _unique(named, model.variables)
+
+
+def weights_by_path(model: keras.Model) -> dict:
+    return {v.path: v.value for v in model.trainable_variables}
 
 
 def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> dict:
@@ -199,8 +201,7 @@ def warm_start(model: keras.Model, source: str) -> None:
     if path is None:
         raise TrainError(f"--init_checkpoint {source}: no checkpoint found there")
     try:
-        weights = {v.path: v.value for v in model.trainable_variables}
-        status = tf.train.Checkpoint(model=weights).read(path)
+        status = tf.train.Checkpoint(model=weights_by_path(model)).read(path)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
         cause = str(e).strip().splitlines()[0][:200]
@@ -412,6 +413,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
     keras.config.set_dtype_policy(POLICIES[config.mixed_precision])
     try:
         step = build(run)
+        check_resume_point(config, step)
+        _write_text(f"{config.model_dir}/config.json", config.to_json())
+        _write_text(f"{config.model_dir}/bert_config.json", run.bert.to_json())
         print(f"{'resuming at' if step else 'starting at'} step {step} of {config.train_steps}", flush=True)
         fit(run, step)
         results = final_evaluation(run)
@@ -431,7 +435,8 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
 
 
 def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run:
-    """Everything that can be wrong is found here, before a model is built: one-line errors."""
+    """The configuration's mistakes, found before a model is built: one-line errors. (Only a
+    resume point off the log interval waits for the checkpoint: `check_resume_point`.)"""
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
@@ -440,13 +445,10 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
     strategy = strategy or choose_strategy(config.strategy, config.tpu)
     check_paths(config, strategy)
     global_batch, per_replica = batch_sizes(config, strategy)
-    run = Run(config, corpus, bert, strategy, global_batch, per_replica, 0)
-    run.eval_batches = validation_batches(config, corpus, global_batch)
+    eval_batches = validation_batches(config, corpus, global_batch)
     tf.io.gfile.makedirs(config.model_dir)
-    _write_text(f"{config.model_dir}/config.json", config.to_json())
-    _write_text(f"{config.model_dir}/bert_config.json", bert.to_json())
     print(f"config: {config.to_json()}\nmodel: {bert.to_json()}", flush=True)
-    return run
+    return Run(config, corpus, bert, strategy, global_batch, per_replica, eval_batches)
 
 
 def build(run: Run) -> int:
@@ -482,6 +484,16 @@ def build(run: Run) -> int:
         if step == 0 and config.init_checkpoint:
             warm_start(run.model, config.init_checkpoint)
     return step
+
+
+def check_resume_point(config: TrainConfig, step: int) -> None:
+    """Keras resumes at an epoch start, so the restored step must be on this run's log interval."""
+    if step < config.train_steps and step % config.steps_per_epoch:
+        raise TrainError(
+            f"--model_dir {config.model_dir}: its checkpoint at step {step} falls inside this run's "
+            f"{config.steps_per_epoch}-step log interval; resume with the --log_every, --checkpoint_every "
+            "and --eval_every it was started with (model_dir/config.json)"
+        )
 
 
 def fit(run: Run, step: int) -> None:

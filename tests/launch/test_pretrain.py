@@ -291,3 +291,18 @@ def test_a_sentence_order_corpus_trains_both_heads(python_docs, botchan_vocab, t
     assert all(0 < r["loss"] < 7.3 and 0 < r["val_loss"] < 7.3 for r in rows)  # ln 1000 = 6.9; + SOP ~0.7
     loaded = keras.saving.load_model(tmp_path / "run" / "export" / "pretraining.keras")
     assert sorted(loaded.output) == ["mlm", "nsp"]
+
+
+def test_resuming_off_the_log_interval_says_which_flags_to_keep(trained, small_corpus, tiny_config, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(trained, copy)
+    before = (copy / "config.json").read_text()
+    changed = run_config(small_corpus, copy, tiny_config, train_steps=100, log_every=25, checkpoint_every=25,
+                         eval_every=25)  # fmt: skip
+    with pytest.raises(
+        TrainError, match=r"checkpoint at step 60 falls inside this run's 25-step log interval"
+    ):
+        train(changed)
+    assert (copy / "config.json").read_text() == before  # the record of how it was started stays
