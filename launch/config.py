@@ -34,7 +34,9 @@ class TrainConfig:
     data: str = _field(None, "corpus folder: manifest.json and shards (local or gs://)", required=True)
     model_dir: str = _field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
     preset: str = _field("tiny", f"model size: {'|'.join(PRESETS)}")
-    bert_config: str | None = _field(None, "a BertConfig JSON file instead of --preset")
+    bert_config: str | None = _field(
+        None, "instead of --preset: a BertConfig JSON, or Google's bert_config.json"
+    )
     strategy: str = _field("auto", f"hardware: {'|'.join(KINDS)}")
     tpu: str | None = _field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
     global_batch_size: int = _field(32, "examples per optimizer step over all replicas")
@@ -59,7 +61,9 @@ class TrainConfig:
     seed: int = _field(0, "initialisation, dropout and data order all derive from it")
     # CPU runs, XLA or not, are reproducible without it; on GPUs it costs speed and Keras turns XLA off.
     deterministic: bool = _field(False, "TF op determinism (for bit-identical GPU resumes)")
-    init_checkpoint: str | None = _field(None, "warm start: weights only, from a model_dir or checkpoint")
+    init_checkpoint: str | None = _field(
+        None, "warm start, weights only: a model_dir, checkpoint or Google BERT"
+    )
     peak_tflops: float | None = _field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = _field(True, "write model_dir/export/ at the end")
     trace_batches: bool = _field(False, "debugging: a digest of every batch read, in model_dir/trace/")

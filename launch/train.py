@@ -29,6 +29,12 @@ import tensorflow as tf
 
 from launch.config import TrainConfig
 from launch.flops import detect_peak_tflops, training_flops_per_example
+from launch.google_checkpoint import (
+    GoogleCheckpointError,
+    google_bert_config,
+    is_google_checkpoint,
+    load_google_checkpoint,
+)
 from launch.optimizer import build_optimizer
 from launch.strategy import choose_strategy
 from model.bert import build_pretraining_model
@@ -90,7 +96,10 @@ def resolve_corpus(data: str) -> Corpus:
 def resolve_bert_config(config: TrainConfig, corpus: Corpus) -> BertConfig:
     if config.bert_config:
         with tf.io.gfile.GFile(config.bert_config) as f:
-            bert = BertConfig.from_json(f.read())
+            text = f.read()
+        # google-research/bert's bert_config.json (num_hidden_layers, ...) or our BertConfig JSON.
+        is_google = "num_hidden_layers" in json.loads(text)
+        bert = google_bert_config(config.bert_config) if is_google else BertConfig.from_json(text)
         if bert.vocab_size != corpus.vocab_size:
             raise TrainError(
                 f"--bert_config {config.bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
@@ -193,13 +202,22 @@ def _unique(named: dict, variables) -> dict:
 
 
 def warm_start(model: keras.Model, source: str) -> None:
-    """Trainable weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint."""
+    """Trainable weights only (no optimizer state, no step) from a bertbeam model_dir or
+    checkpoint, or from a Google BERT release (its folder, or a bert_model.ckpt prefix)."""
     source = source.rstrip("/")
     path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
+    if path is None and tf.io.gfile.exists(f"{source}/bert_model.ckpt.index"):
+        path = f"{source}/bert_model.ckpt"  # an unpacked google-research/bert release
     if path is None and tf.io.gfile.exists(f"{source}.index"):
         path = source
     if path is None:
         raise TrainError(f"--init_checkpoint {source}: no checkpoint found there")
+    if is_google_checkpoint(path):
+        try:
+            load_google_checkpoint(model, path)
+        except GoogleCheckpointError as e:
+            raise TrainError(f"--init_checkpoint {e}") from None
+        return
     try:
         status = tf.train.Checkpoint(model=weights_by_path(model)).read(path)
         status.expect_partial().assert_existing_objects_matched()

@@ -1,0 +1,173 @@
+"""google-research/bert's checkpoint format, in and out: its variable names, mapped one by one.
+
+    load_google_checkpoint(model, "uncased_L-12_H-768_A-12/bert_model.ckpt")   # warm start
+    save_google_checkpoint(model, "out/google/bert_model.ckpt")                 # for its tools
+
+Google's checkpoints name each tensor (`bert/encoder/layer_0/attention/self/query/kernel`) and
+store attention kernels as (H, H) matrices, where Keras's MultiHeadAttention keeps (H, heads,
+head_size); the mapping reshapes in both directions. Google's BERT computes GELU with the tanh
+approximation: `google_bert_config` turns its `bert_config.json` into a `BertConfig` with
+`hidden_act="gelu_approximate"`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from model.config import BertConfig
+
+
+class GoogleCheckpointError(ValueError):
+    """The checkpoint does not fit the model; one line naming the variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Mapping:
+    google: str  # the tensor's name in Google's checkpoint
+    ours: str  # the Keras variable path in bertbeam's pretraining model
+    transpose: bool = False  # Google stores it transposed (the NSP output weights)
+
+
+def mappings(model: keras.Model) -> list[Mapping]:
+    """Every variable of `model` with its Google name; the pooler and NSP head only if present."""
+    names = {layer.name for layer in model.layers}
+    rows = [
+        Mapping("bert/embeddings/word_embeddings", "token_embedding/embeddings"),
+        Mapping("bert/embeddings/token_type_embeddings", "segment_embedding/embeddings"),
+        Mapping("bert/embeddings/position_embeddings", "position_embedding/embeddings"),
+        Mapping("bert/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
+        Mapping("bert/embeddings/LayerNorm/beta", "embedding_norm/beta"),
+    ]
+    i = 0
+    while f"transformer_{i}" in names:
+        g, o = f"bert/encoder/layer_{i}", f"transformer_{i}"
+        for part in ("query", "key", "value"):
+            for w in ("kernel", "bias"):
+                rows.append(Mapping(f"{g}/attention/self/{part}/{w}", f"{o}/attention/{part}/{w}"))
+        rows += [
+            Mapping(f"{g}/attention/output/dense/kernel", f"{o}/attention/attention_output/kernel"),
+            Mapping(f"{g}/attention/output/dense/bias", f"{o}/attention/attention_output/bias"),
+            Mapping(f"{g}/attention/output/LayerNorm/gamma", f"{o}/attention_norm/gamma"),
+            Mapping(f"{g}/attention/output/LayerNorm/beta", f"{o}/attention_norm/beta"),
+            Mapping(f"{g}/intermediate/dense/kernel", f"{o}/intermediate/kernel"),
+            Mapping(f"{g}/intermediate/dense/bias", f"{o}/intermediate/bias"),
+            Mapping(f"{g}/output/dense/kernel", f"{o}/output/kernel"),
+            Mapping(f"{g}/output/dense/bias", f"{o}/output/bias"),
+            Mapping(f"{g}/output/LayerNorm/gamma", f"{o}/output_norm/gamma"),
+            Mapping(f"{g}/output/LayerNorm/beta", f"{o}/output_norm/beta"),
+        ]
+        i += 1
+    rows += [
+        Mapping("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
+        Mapping("cls/predictions/transform/dense/bias", "mlm_transform/bias"),
+        Mapping("cls/predictions/transform/LayerNorm/gamma", "mlm_norm/gamma"),
+        Mapping("cls/predictions/transform/LayerNorm/beta", "mlm_norm/beta"),
+        Mapping("cls/predictions/output_bias", "mlm_bias/bias"),
+    ]
+    if "pooler" in names:
+        rows += [
+            Mapping("bert/pooler/dense/kernel", "pooler/kernel"),
+            Mapping("bert/pooler/dense/bias", "pooler/bias"),
+        ]
+    if "nsp_logits" in names:
+        rows += [
+            Mapping("cls/seq_relationship/output_weights", "nsp_logits/kernel", transpose=True),
+            Mapping("cls/seq_relationship/output_bias", "nsp_logits/bias"),
+        ]
+    return rows
+
+
+def _weights(model: keras.Model) -> dict:
+    return {w.path: w for w in model.weights}
+
+
+def _google_layout(mapping: Mapping, value: np.ndarray) -> np.ndarray:
+    """Ours -> Google's: query/key/value kernels (H, heads, size) -> (H, H), the attention output
+    kernel (heads, size, H) -> (H, H), attention biases (heads, size) -> (H,); the NSP weights
+    transposed. All C-order reshapes: column h * size + d of Google's matrix is head h, unit d."""
+    if mapping.transpose:
+        return value.T
+    if mapping.ours.endswith("attention_output/kernel"):
+        return value.reshape(-1, value.shape[-1])
+    if "/attention/" in mapping.ours and mapping.ours.endswith("/kernel"):
+        return value.reshape(value.shape[0], -1)
+    if "/attention/" in mapping.ours:
+        return value.reshape(-1)
+    return value
+
+
+def _to_ours(value: np.ndarray, mapping: Mapping, shape: tuple[int, ...]) -> np.ndarray:
+    return (value.T if mapping.transpose else value).reshape(shape)
+
+
+def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
+    """Assigns every mapped variable from a Google BERT checkpoint; a missing tensor or one whose
+    size does not fit is a one-line error, before anything is assigned."""
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    weights = _weights(model)
+    values = {}
+    for mapping in mappings(model):
+        if mapping.google not in shapes:
+            raise GoogleCheckpointError(f"{prefix}: no variable {mapping.google} (for {mapping.ours})")
+        want = tuple(weights[mapping.ours].shape)
+        found = tuple(shapes[mapping.google])
+        if int(np.prod(found)) != int(np.prod(want)) or (mapping.transpose and found[::-1] != want):
+            raise GoogleCheckpointError(
+                f"{prefix}: {mapping.google} has shape {found}, the model's {mapping.ours} needs {want}"
+            )
+        values[mapping.ours] = _to_ours(reader.get_tensor(mapping.google), mapping, want)
+    for path, value in values.items():
+        weights[path].assign(value)
+
+
+def save_google_checkpoint(model: keras.Model, prefix: str) -> None:
+    """Writes the model's variables under Google's names and layouts (a V2 checkpoint whose keys
+    are those names, so `tf.train.load_variable(prefix, name)` and google-research/bert read it)."""
+    weights = _weights(model)
+    rows = mappings(model)
+    tensors = [
+        tf.constant(_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours])))) for m in rows
+    ]
+    if "/" in prefix:
+        tf.io.gfile.makedirs(prefix.rsplit("/", 1)[0])
+    tf.raw_ops.SaveV2(
+        prefix=prefix,
+        tensor_names=[m.google for m in rows],
+        shape_and_slices=[""] * len(rows),
+        tensors=tensors,
+    )
+
+
+def google_bert_config(path: str) -> BertConfig:
+    """google-research/bert's bert_config.json as a BertConfig (its "gelu" is the tanh form)."""
+    with tf.io.gfile.GFile(path) as f:
+        raw = json.load(f)
+    if raw.get("hidden_act", "gelu") != "gelu":
+        raise GoogleCheckpointError(f"{path}: hidden_act {raw['hidden_act']!r}; only gelu is supported")
+    return BertConfig(
+        vocab_size=raw["vocab_size"],
+        hidden_size=raw["hidden_size"],
+        num_layers=raw["num_hidden_layers"],
+        num_heads=raw["num_attention_heads"],
+        intermediate_size=raw["intermediate_size"],
+        max_position=raw["max_position_embeddings"],
+        type_vocab_size=raw.get("type_vocab_size", 2),
+        dropout=raw.get("hidden_dropout_prob", 0.1),
+        initializer_range=raw.get("initializer_range", 0.02),
+        hidden_act="gelu_approximate",
+    )
+
+
+def is_google_checkpoint(prefix: str) -> bool:
+    try:
+        return (
+            "bert/embeddings/word_embeddings" in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+        )
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError):
+        return False
