@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from model.bert import count_blocks
 from model.config import BertConfig
 
 
@@ -43,8 +44,7 @@ def mappings(model: keras.Model) -> list[Mapping]:
         Mapping("bert/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
         Mapping("bert/embeddings/LayerNorm/beta", "embedding_norm/beta"),
     ]
-    i = 0
-    while f"transformer_{i}" in names:
+    for i in range(count_blocks(names)):
         g, o = f"bert/encoder/layer_{i}", f"transformer_{i}"
         for part in ("query", "key", "value"):
             for w in ("kernel", "bias"):
@@ -61,7 +61,6 @@ def mappings(model: keras.Model) -> list[Mapping]:
             Mapping(f"{g}/output/LayerNorm/gamma", f"{o}/output_norm/gamma"),
             Mapping(f"{g}/output/LayerNorm/beta", f"{o}/output_norm/beta"),
         ]
-        i += 1
     rows += [
         Mapping("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
         Mapping("cls/predictions/transform/dense/bias", "mlm_transform/bias"),

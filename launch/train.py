@@ -232,7 +232,7 @@ def warm_start(model: keras.Model, source: str) -> None:
 def make_inputs(
     config: TrainConfig, corpus: Corpus, strategy: tf.distribute.Strategy, per_replica: int, start_batch: int
 ):
-    """(distributed training stream starting at `start_batch`, validation dataset or None)."""
+    """The distributed training stream, starting at batch `start_batch`."""
     trace = f"{config.model_dir}/trace" if config.trace_batches else None
     if trace:
         os.makedirs(trace, exist_ok=True)  # local only: TrainConfig refuses gs:// with tracing
@@ -253,17 +253,18 @@ def make_inputs(
             on_batch=on_batch,
         )
 
-    train = strategy.distribute_datasets_from_function(train_fn)
-    validation = None
-    if config.eval_steps:
-        validation = make_dataset(
-            corpus.validation_files,
-            manifest=corpus.manifest,
-            per_replica_batch_size=per_replica * strategy.num_replicas_in_sync,
-            training=False,
-            seed=config.seed,
-        )
-    return train, validation
+    return strategy.distribute_datasets_from_function(train_fn)
+
+
+def validation_dataset(corpus: Corpus, global_batch: int, seed: int) -> tf.data.Dataset:
+    """The validation split in global batches, in file order (Keras splits them over replicas)."""
+    return make_dataset(
+        corpus.validation_files,
+        manifest=corpus.manifest,
+        per_replica_batch_size=global_batch,
+        training=False,
+        seed=seed,
+    )
 
 
 def _trace_to(path: str):
@@ -520,7 +521,8 @@ def fit(run: Run, step: int) -> None:
     if step >= config.train_steps:
         return
     start_batch = step * config.grad_accum_steps
-    train_data, validation = make_inputs(config, corpus, run.strategy, run.per_replica_batch, start_batch)
+    train_data = make_inputs(config, corpus, run.strategy, run.per_replica_batch, start_batch)
+    validation = validation_dataset(corpus, run.global_batch, config.seed) if run.eval_batches else None
     log = EpochLog(
         config,
         History(config.model_dir, step),
@@ -538,7 +540,7 @@ def fit(run: Run, step: int) -> None:
             initial_epoch=step // config.steps_per_epoch,
             epochs=config.train_steps // config.steps_per_epoch,
             steps_per_epoch=config.batches_per_epoch,
-            validation_data=validation if run.eval_batches else None,
+            validation_data=validation,
             validation_steps=run.eval_batches or None,
             validation_freq=config.eval_every // config.steps_per_epoch,
             callbacks=[log],
@@ -553,13 +555,7 @@ def final_evaluation(run: Run) -> dict:
     config, corpus = run.config, run.corpus
     if not run.eval_batches:
         return {}
-    validation = make_dataset(
-        corpus.validation_files,
-        manifest=corpus.manifest,
-        per_replica_batch_size=run.global_batch,
-        training=False,
-        seed=config.seed,
-    )
+    validation = validation_dataset(corpus, run.global_batch, config.seed)
     batches = corpus.validation_records // run.global_batch
     with naming_bad_shards(tf.io.gfile.glob(corpus.validation_files)):
         logs = run.model.evaluate(validation, steps=batches, return_dict=True, verbose=0)

@@ -310,7 +310,7 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
         for name in ("token_embedding", "segment_embedding", "position_embedding", "embedding_norm",
                      "embedding_dropout")
     }  # fmt: skip
-    layers["blocks"] = [model.get_layer(f"transformer_{i}") for i in range(_count_blocks(names))]
+    layers["blocks"] = [model.get_layer(f"transformer_{i}") for i in range(count_blocks(names))]
     layers["final_norm"] = model.get_layer("final_norm") if "final_norm" in names else None
     seq_len = model.input["input_ids"].shape[1]
     inputs = encoder_inputs(seq_len)
@@ -328,7 +328,8 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
     return keras.Model(inputs, outputs, name="bert_encoder")
 
 
-def _count_blocks(names: set[str]) -> int:
+def count_blocks(names: set[str]) -> int:
+    """Transformer blocks in a model, from its layer names (transformer_0, transformer_1, ...)."""
     count = 0
     while f"transformer_{count}" in names:
         count += 1
