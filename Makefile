@@ -38,7 +38,7 @@ DEMO_TRAIN := --preset tiny --strategy cpu --global_batch_size 32 --train_steps 
 	--learning_rate 2e-3 --log_every 100 --checkpoint_every 250 --eval_every 500 --eval_steps 10
 
 .PHONY: setup test test-slow lint format corpus data demo pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard bench-corpus bench-input bench-train clean
+	tensorboard export bench-corpus bench-input bench-train clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -92,6 +92,12 @@ pretrain-tpu: $(STAMP)
 
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir $(MODEL_DIR)/logs --port 6006
+
+# make export FORMAT=hf|google|keras MODEL_DIR=out/run EXPORT=out/hf: the newest checkpoint, converted.
+FORMAT ?= hf
+EXPORT ?= $(MODEL_DIR)/$(FORMAT)
+export: $(STAMP)
+	$(BIN)/python -m launch.export --model_dir $(MODEL_DIR) --format $(FORMAT) --output $(EXPORT)
 
 bench-corpus: $(STAMP)
 	$(BIN)/python bench/corpus.py

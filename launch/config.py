@@ -35,7 +35,8 @@ class TrainConfig:
     model_dir: str = _field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
     preset: str = _field("tiny", f"model size: {'|'.join(PRESETS)}")
     bert_config: str | None = _field(
-        None, "instead of --preset: a BertConfig JSON, or Google's bert_config.json"
+        None,
+        "instead of --preset: our BertConfig JSON, Google's bert_config.json or HF's config.json",
     )
     strategy: str = _field("auto", f"hardware: {'|'.join(KINDS)}")
     tpu: str | None = _field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
@@ -62,7 +63,7 @@ class TrainConfig:
     # CPU runs, XLA or not, are reproducible without it; on GPUs it costs speed and Keras turns XLA off.
     deterministic: bool = _field(False, "TF op determinism (for bit-identical GPU resumes)")
     init_checkpoint: str | None = _field(
-        None, "warm start, weights only: a model_dir, checkpoint or Google BERT"
+        None, "warm start, weights only: a model_dir, checkpoint, Google BERT, or hf:DIR (Hugging Face)"
     )
     peak_tflops: float | None = _field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = _field(True, "write model_dir/export/ at the end")

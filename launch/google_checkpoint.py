@@ -163,6 +163,30 @@ def google_bert_config(path: str) -> BertConfig:
     )
 
 
+def google_config_json(bert: BertConfig) -> str:
+    """google-research/bert's bert_config.json for `bert`. Its "gelu" is the tanh form: a model
+    trained with the exact erf GELU gets "gelu" too (Google's code knows no other), and outputs
+    that differ by the two forms' gap (under 1e-3 per activation)."""
+    if bert.pre_layer_norm:
+        raise GoogleCheckpointError(
+            "google-research/bert is post-LayerNorm; a pre_layer_norm model has no equivalent"
+        )
+    raw = {
+        "attention_probs_dropout_prob": bert.dropout,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": bert.dropout,
+        "hidden_size": bert.hidden_size,
+        "initializer_range": bert.initializer_range,
+        "intermediate_size": bert.intermediate_size,
+        "max_position_embeddings": bert.max_position,
+        "num_attention_heads": bert.num_heads,
+        "num_hidden_layers": bert.num_layers,
+        "type_vocab_size": bert.type_vocab_size,
+        "vocab_size": bert.vocab_size,
+    }
+    return json.dumps(raw, indent=2, sort_keys=True)
+
+
 def is_google_checkpoint(prefix: str) -> bool:
     try:
         return (

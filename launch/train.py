@@ -35,6 +35,7 @@ from launch.google_checkpoint import (
     is_google_checkpoint,
     load_google_checkpoint,
 )
+from launch.hf_checkpoint import HFCheckpointError, hf_bert_config, is_hf_config, load_hf_checkpoint
 from launch.optimizer import build_optimizer
 from launch.strategy import choose_strategy
 from model.bert import build_pretraining_model
@@ -44,6 +45,7 @@ from pipeline import schema
 from pipeline.input import InputError, make_dataset, naming_bad_shards
 
 HISTORY = "history.jsonl"
+HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT folder
 POLICIES = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
@@ -97,9 +99,14 @@ def resolve_bert_config(config: TrainConfig, corpus: Corpus) -> BertConfig:
     if config.bert_config:
         with tf.io.gfile.GFile(config.bert_config) as f:
             text = f.read()
-        # google-research/bert's bert_config.json (num_hidden_layers, ...) or our BertConfig JSON.
-        is_google = "num_hidden_layers" in json.loads(text)
-        bert = google_bert_config(config.bert_config) if is_google else BertConfig.from_json(text)
+        # Hugging Face's config.json, google-research/bert's bert_config.json, or our BertConfig JSON.
+        raw = json.loads(text)
+        if is_hf_config(raw):
+            bert = hf_bert_config(config.bert_config)
+        elif "num_hidden_layers" in raw:
+            bert = google_bert_config(config.bert_config)
+        else:
+            bert = BertConfig.from_json(text)
         if bert.vocab_size != corpus.vocab_size:
             raise TrainError(
                 f"--bert_config {config.bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
@@ -203,8 +210,17 @@ def _unique(named: dict, variables) -> dict:
 
 def warm_start(model: keras.Model, source: str) -> None:
     """Trainable weights only (no optimizer state, no step) from a bertbeam model_dir or
-    checkpoint, or from a Google BERT release (its folder, or a bert_model.ckpt prefix)."""
+    checkpoint, a Google BERT release (its folder, or a bert_model.ckpt prefix), or `hf:DIR`, a
+    Hugging Face BERT folder (config.json + model.safetensors)."""
     source = source.rstrip("/")
+    if source.startswith(HF_PREFIX):
+        try:
+            fresh = load_hf_checkpoint(model, source.removeprefix(HF_PREFIX))
+        except HFCheckpointError as e:
+            raise TrainError(f"--init_checkpoint {e}") from None
+        if fresh:
+            print(f"warm start: {source} has no {', '.join(fresh)}; those start fresh", flush=True)
+        return
     path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
     if path is None and tf.io.gfile.exists(f"{source}/bert_model.ckpt.index"):
         path = f"{source}/bert_model.ckpt"  # an unpacked google-research/bert release

@@ -44,11 +44,10 @@ from pipeline import schema, text
 from pipeline.config import CorpusConfig
 from pipeline.instances import SpecialIds, TokenizedDoc, create_instances
 from pipeline.masking import MaskingTables
-from pipeline.vocab import Vocab, VocabError, train_sentencepiece
+from pipeline.vocab import KINDS, VocabError, VocabFile, kind_of, train_sentencepiece
 
 log = logging.getLogger("bertbeam.corpus")
 
-VOCAB_FILE = "vocab.model"
 TMP_DIR = "_tmp"  # shards are written here, then renamed: no partial file under a final name
 
 
@@ -280,7 +279,7 @@ class DeduplicateDocuments(beam.PTransform):
 
 
 class TrainVocab(beam.PTransform):
-    """Keyed documents -> one serialized sentencepiece model, trained on a seeded sample.
+    """Keyed documents -> one `VocabFile`: a sentencepiece model trained on a seeded sample.
 
     The sample is the --vocab_sample_sentences sentences with the smallest seeded hash: the same on
     every runner, bounded in memory, and spread over the whole corpus.
@@ -301,19 +300,20 @@ class TrainVocab(beam.PTransform):
         )
 
 
-def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> bytes:
+def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> VocabFile:
     if not sample:
         raise BadInputError(
             "no text to train a vocab on: every input document was empty or skipped; check --input"
         )
     sentences = [s for _, s in sample]
-    return train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
+    model = train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
+    return VocabFile("sentencepiece", model)
 
 
-def _write_vocab(model_bytes: bytes, output_dir: str, trained: bool) -> dict:
-    vocab = Vocab(model_bytes)
-    _write_atomically(f"{output_dir}/{VOCAB_FILE}", model_bytes)
-    return vocab.describe(VOCAB_FILE, trained)
+def _write_vocab(vocab_file: VocabFile, output_dir: str, trained: bool) -> dict:
+    vocab = vocab_file.load()
+    _write_atomically(f"{output_dir}/{vocab_file.file_name}", vocab_file.data)
+    return vocab.describe(vocab_file.file_name, trained)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,13 +325,13 @@ class TokenizeDocuments(beam.DoFn):
 
     def __init__(self, cfg: CorpusConfig):
         self._cfg = cfg
-        self._vocab = None
+        self._loaded = None
 
-    def process(self, keyed_doc, model_bytes):
-        if self._vocab is None or self._vocab.model_bytes != model_bytes:
-            self._vocab = Vocab(model_bytes)  # the model arrives as a side input: load once
+    def process(self, keyed_doc, vocab_file):
+        if self._loaded is None or self._loaded[0] != vocab_file:
+            self._loaded = (vocab_file, vocab_file.load())  # arrives as a side input: load once
         key, document = keyed_doc
-        encoded = [ids for ids in self._vocab.encode(text.document_sentences(document)) if ids]
+        encoded = [ids for ids in self._loaded[1].encode(text.document_sentences(document)) if ids]
         if not encoded:
             yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/no_tokens": 1})))
             return
@@ -379,22 +379,22 @@ class CreateGroupInstances(beam.DoFn):
         self._cfg = cfg
         self._loaded = None
 
-    def _tables(self, model_bytes):
-        if self._loaded is None or self._loaded[0] != model_bytes:
-            vocab = Vocab(model_bytes)
+    def _tables(self, vocab_file):
+        if self._loaded is None or self._loaded[0] != vocab_file:
+            vocab = vocab_file.load()
             ids = SpecialIds(
                 pad=vocab.special_ids["pad"],
                 cls=vocab.special_ids["cls"],
                 sep=vocab.special_ids["sep"],
             )
-            self._loaded = (model_bytes, MaskingTables.from_vocab(vocab), ids)
+            self._loaded = (vocab_file, MaskingTables.from_vocab(vocab), ids)
         return self._loaded[1], self._loaded[2]
 
-    def process(self, grouped, model_bytes, plan):
+    def process(self, grouped, vocab_file, plan):
         cfg = self._cfg
         (split, group), docs = grouped
         docs = sorted(docs, key=lambda d: d.key)  # arrival order must not matter
-        tables, ids = self._tables(model_bytes)
+        tables, ids = self._tables(vocab_file)
         split_plan = plan[split]
         stats = Counter({f"{split}/documents": len(docs)})
         by_shard: dict[int, list] = {}
@@ -602,6 +602,9 @@ def _finalize(shards, cfg, stats, vocab_info, plan):
         for path in tf.io.gfile.glob(f"{cfg.output_dir}/{split}-*-of-*.tfrecord"):
             if path.rsplit("/", 1)[-1] not in current:
                 tf.io.gfile.remove(path)
+    for name in set(KINDS.values()) - {vocab_info["file"]}:  # an earlier build's other vocab kind
+        if tf.io.gfile.exists(f"{cfg.output_dir}/{name}"):
+            tf.io.gfile.remove(f"{cfg.output_dir}/{name}")
     if tf.io.gfile.exists(f"{cfg.output_dir}/{TMP_DIR}"):
         tf.io.gfile.rmtree(f"{cfg.output_dir}/{TMP_DIR}")
     body = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
@@ -613,19 +616,19 @@ def _finalize(shards, cfg, stats, vocab_info, plan):
 # The pipeline
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, vocab_bytes: bytes | None):
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile | None):
     read = p | "ReadDocuments" >> ReadDocuments(cfg)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments()
 
-    if vocab_bytes is None:
-        model = unique.docs | "TrainVocab" >> TrainVocab(cfg)
+    if given_vocab is None:
+        vocab = unique.docs | "TrainVocab" >> TrainVocab(cfg)
     else:
-        model = p | "GivenVocab" >> beam.Create([vocab_bytes])
-    model_si = beam.pvalue.AsSingleton(model)
-    vocab_info = model | "WriteVocab" >> beam.Map(_write_vocab, cfg.output_dir, vocab_bytes is None)
+        vocab = p | "GivenVocab" >> beam.Create([given_vocab])
+    vocab_si = beam.pvalue.AsSingleton(vocab)
+    vocab_info = vocab | "WriteVocab" >> beam.Map(_write_vocab, cfg.output_dir, given_vocab is None)
 
     tokenized = unique.docs | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocuments(cfg), model_si
+        TokenizeDocuments(cfg), vocab_si
     ).with_outputs("stats", main="docs")
     plan = (
         tokenized.docs
@@ -636,7 +639,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, vocab_bytes: bytes | Non
     )
     plan_si = beam.pvalue.AsSingleton(plan)
 
-    instances = tokenized.docs | "CreateInstances" >> CreateInstances(cfg, model_si, plan_si)
+    instances = tokenized.docs | "CreateInstances" >> CreateInstances(cfg, vocab_si, plan_si)
     shards = instances.records | "WriteShards" >> WriteShards(cfg.output_dir, plan_si)
 
     stats = (
@@ -710,18 +713,21 @@ def _check_inputs(cfg: CorpusConfig) -> None:
             raise BadInputError(f"--input {pattern}: no files match")
 
 
-def _load_vocab(cfg: CorpusConfig) -> bytes | None:
+def _load_vocab(cfg: CorpusConfig) -> VocabFile | None:
+    """The given --vocab, checked before the pipeline starts: a sentencepiece .model, or Google
+    BERT's WordPiece vocab.txt."""
     if cfg.vocab is None:
         return None
+    kind = kind_of(cfg.vocab)
     try:
         with FileSystems.open(cfg.vocab, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            model_bytes = f.read()
-        Vocab(model_bytes)
+            vocab_file = VocabFile(kind, f.read(), cfg.do_lower_case)
+        vocab_file.load()
     except (OSError, RuntimeError) as e:
-        raise VocabError(f"--vocab {cfg.vocab}: not a readable sentencepiece model ({e})") from None
+        raise VocabError(f"--vocab {cfg.vocab}: not a readable {kind} vocab ({e})") from None
     except VocabError as e:
         raise VocabError(f"--vocab {cfg.vocab}: {e}") from None
-    return model_bytes
+    return vocab_file
 
 
 def run(argv: list[str] | None = None, save_main_session: bool = False):
@@ -743,13 +749,13 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
             "use in_memory (default) or multi_processing"
         )
     log.info("corpus config: %s", json.dumps(cfg.to_json_dict(), sort_keys=True))
-    vocab_bytes = _load_vocab(cfg)
+    given_vocab = _load_vocab(cfg)
     dry_run = bool(options.get_all_options().get("dry_run"))
     if not dry_run:
         _check_inputs(cfg)
         _remove_stale_manifest(cfg.output_dir)
     p = beam.Pipeline(options=options)
-    build_pipeline(p, cfg, vocab_bytes)
+    build_pipeline(p, cfg, given_vocab)
     result = p.run()
     if not dry_run:
         result.wait_until_finish()

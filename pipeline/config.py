@@ -9,14 +9,15 @@ from typing import Literal
 @dataclasses.dataclass(frozen=True)
 class CorpusConfig:
     input_patterns: tuple[str, ...]  # file globs, local or gs://; .gz/.bz2 decompressed by extension
-    output_dir: str  # where shards, vocab.model and manifest.json go (local or gs://)
+    output_dir: str  # where shards, the vocab and manifest.json go (local or gs://)
     format: Literal["text", "jsonl", "tfds"] = "text"  # text: a line per sentence, blank line ends a doc
     doc_per_file: bool = False  # text: one document per file, blank lines are paragraph breaks
     text_field: str = "text"  # jsonl / tfds: the field that holds a document's text
     tfds_name: str | None = None  # tfds: dataset name (optionally name:version)
     tfds_split: str = "train"  # tfds: split to read
     tfds_data_dir: str | None = None  # tfds: where the prepared dataset lives
-    vocab: str | None = None  # an existing sentencepiece .model with BERT's special pieces
+    vocab: str | None = None  # an existing vocab with BERT's specials: sentencepiece .model or WordPiece .txt
+    do_lower_case: bool = False  # WordPiece vocab.txt: lower case and strip accents (uncased BERT)
     vocab_size: int | None = None  # or: train a sentencepiece model of this size in the same run
     vocab_model_type: Literal["unigram", "bpe"] = "unigram"  # sentencepiece algorithm when training
     vocab_sample_sentences: int = 300_000  # sentences (smallest seeded hash) the vocab is trained on
@@ -53,7 +54,11 @@ class CorpusConfig:
             need(bool(self.input_patterns), f"--format {self.format} needs --input GLOB[,GLOB...]")
         need(
             (self.vocab is None) != (self.vocab_size is None),
-            "give exactly one of --vocab PATH.model or --vocab_size N",
+            "give exactly one of --vocab PATH (.model or WordPiece .txt) or --vocab_size N",
+        )
+        need(
+            not self.do_lower_case or (self.vocab or "").endswith(".txt"),
+            "--do_lower_case applies to a WordPiece --vocab vocab.txt (sentencepiece normalizes itself)",
         )
         need(
             self.vocab_size is None or self.vocab_size >= 16,

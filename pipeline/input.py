@@ -30,7 +30,8 @@ class InputError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class DynamicMasking:
-    """What drawing a fresh mask in the graph needs from the vocab (see `from_vocab_file`)."""
+    """What drawing a fresh mask in the graph needs from the vocab (see `from_vocab_file`: a
+    sentencepiece .model or a WordPiece .txt)."""
 
     mask_id: int
     is_special: tuple[bool, ...]  # per token id: never masked, never drawn as a random token
@@ -40,10 +41,10 @@ class DynamicMasking:
     @classmethod
     def from_vocab_file(cls, path: str, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
         from pipeline.masking import MaskingTables
-        from pipeline.vocab import Vocab
+        from pipeline.vocab import VocabFile, kind_of
 
         with tf.io.gfile.GFile(path, "rb") as f:
-            tables = MaskingTables.from_vocab(Vocab(f.read()))
+            tables = MaskingTables.from_vocab(VocabFile(kind_of(path), f.read()).load())
         # A CJK piece is a word of its own, and so is the piece after one (as the corpus builder).
         starts = tables.starts_word | tables.is_cjk
         return cls(

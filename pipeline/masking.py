@@ -47,12 +47,14 @@ def word_ids(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
     return np.cumsum(boundary, axis=1) - 1
 
 
-def _choose_whole_words(order, words, budget, selected):
-    """Greedy over words in random order, skipping any that would overflow (BERT's rule)."""
+def _choose_whole_words(order, words, budget, n_candidates, selected):
+    """Greedy over words in random order, skipping any that would overflow (BERT's rule). Only
+    candidates: they sort first, and a row whose words all overflow gets fewer predictions, never
+    a special token."""
     for r in range(order.shape[0]):
         if budget[r] == 0:
             continue
-        o = order[r]
+        o = order[r, : n_candidates[r]]
         w = words[r, o]
         starts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]).tolist()
         ends = starts[1:] + [len(o)]
@@ -90,7 +92,7 @@ def mask_rows(
 
     selected = np.zeros((n, t), bool)
     if whole_word:
-        _choose_whole_words(order, words, budget, selected)
+        _choose_whole_words(order, words, budget, n_candidates, selected)
     else:
         first_k = np.arange(t)[None, :] < budget[:, None]
         np.put_along_axis(selected, order, first_k, axis=1)

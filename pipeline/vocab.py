@@ -1,5 +1,12 @@
-"""The sentencepiece vocabulary: training it with BERT's special tokens at fixed ids, loading it,
-and the per-piece tables that masking needs (special, word start, CJK)."""
+"""Vocabularies: what tokenizes the corpus, and the per-token tables masking needs.
+
+Two kinds, one interface (`size`, `special_ids`, `encode`, `tables`, `describe`):
+  sentencepiece  a `.model` trained here (`train_sentencepiece`) or given; words start with "▁"
+  wordpiece      Google BERT's `vocab.txt`, a token per line, "##" marks a continuation; tokenized
+                 by Hugging Face `tokenizers` with BERT's normalizer (lower case and accent
+                 stripping when `lower_case`) and pre-tokenizer
+`VocabFile` carries a vocab's kind and bytes through the pipeline (a Beam side input) and loads it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 from collections.abc import Iterable
+from typing import Literal
 
 import numpy as np
 import sentencepiece as spm
@@ -16,6 +24,7 @@ from pipeline.text import is_cjk
 # BERT's special tokens at fixed ids. [PAD] must be 0: padding is zeros in every feature.
 SPECIAL_PIECES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 WORD_START = "\u2581"  # sentencepiece's "▁": the piece begins a new word
+CONTINUATION = "##"  # WordPiece: the token continues the word before it
 
 
 class VocabError(ValueError):
@@ -52,7 +61,7 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int, model_type
 
 
 @dataclasses.dataclass(frozen=True)
-class Vocab:
+class SentencePieceVocab:
     """A loaded sentencepiece model plus what masking needs, built once per worker."""
 
     model_bytes: bytes
@@ -102,8 +111,131 @@ class Vocab:
         return {
             "file": file_name,
             "kind": "sentencepiece",
+            "lower_case": False,
             "trained": trained,
             "sha256": self.sha256,
             "size": self.size,
             "special_ids": dict(self.special_ids),
         }
+
+
+# Google's vocab.txt also holds "[unused0]".."[unused993]" and the like: bracketed, never produced
+# by the tokenizer (the pre-tokenizer splits "[" off), so never masked or drawn as a random token.
+def _is_bracketed(token: str) -> bool:
+    return len(token) > 2 and token.startswith("[") and token.endswith("]")
+
+
+@dataclasses.dataclass(frozen=True)
+class WordPieceVocab:
+    """Google BERT's vocab.txt, tokenized by Hugging Face `tokenizers` (BERT's normalizer,
+    pre-tokenizer and greedy longest-match WordPiece), with the tables masking needs."""
+
+    data: bytes  # the vocab.txt bytes; a token's id is its line number
+    lower_case: bool = False  # BERT's do_lower_case: lower case and strip accents first
+
+    def __post_init__(self):
+        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+        try:
+            text = self.data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise VocabError(f"not UTF-8 at byte {e.start}; expected one WordPiece token per line") from None
+        tokens = [line.rstrip("\r") for line in text.split("\n")]
+        if tokens and tokens[-1] == "":
+            tokens.pop()  # the final newline
+        ids: dict[str, int] = {}
+        for number, token in enumerate(tokens):
+            if not token or token != token.strip():
+                raise VocabError(f"line {number + 1}: {token!r} is empty or has surrounding spaces")
+            if token in ids:
+                raise VocabError(f"line {number + 1}: {token!r} repeats line {ids[token] + 1}")
+            ids[token] = number
+        special = {}
+        for key, piece in SPECIAL_PIECES.items():
+            if piece not in ids:
+                raise VocabError(
+                    f"vocab lacks the special token {piece}; expected BERT's [PAD] [UNK] [CLS] [SEP] [MASK]"
+                )
+            special[key] = ids[piece]
+        if special["pad"] != 0:
+            raise VocabError(f"vocab has [PAD] on line {special['pad'] + 1}, expected line 1 (id 0)")
+        tokenizer = Tokenizer(
+            models.WordPiece(ids, unk_token=SPECIAL_PIECES["unk"], max_input_chars_per_word=200)
+        )
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True,
+            handle_chinese_chars=True,
+            strip_accents=self.lower_case,
+            lowercase=self.lower_case,
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "special_ids", special)
+        object.__setattr__(self, "tokenizer", tokenizer)
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(is_special, starts_word, is_cjk); a "##" token continues the word before it."""
+        is_special = np.array([_is_bracketed(t) for t in self.tokens], bool)
+        is_special[list(self.special_ids.values())] = True
+        starts_word = np.array([not t.startswith(CONTINUATION) for t in self.tokens], bool) | is_special
+        cjk = np.array([is_cjk(t) for t in self.tokens], bool)
+        return is_special, starts_word, cjk
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        # No special tokens added: instances place [CLS] and [SEP] themselves.
+        return [e.ids for e in self.tokenizer.encode_batch(sentences, add_special_tokens=False)]
+
+    def describe(self, file_name: str, trained: bool) -> dict:
+        return {
+            "file": file_name,
+            "kind": "wordpiece",
+            "lower_case": self.lower_case,
+            "trained": trained,
+            "sha256": self.sha256,
+            "size": self.size,
+            "special_ids": dict(self.special_ids),
+        }
+
+
+Vocab = SentencePieceVocab | WordPieceVocab
+KINDS = {"sentencepiece": "vocab.model", "wordpiece": "vocab.txt"}  # kind: its file name in a corpus
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabFile:
+    """A vocab's kind and bytes: what the pipeline passes around and what a corpus stores."""
+
+    kind: Literal["sentencepiece", "wordpiece"]
+    data: bytes
+    lower_case: bool = False  # wordpiece only
+
+    @property
+    def file_name(self) -> str:
+        return KINDS[self.kind]
+
+    def load(self) -> Vocab:
+        if self.kind == "wordpiece":
+            return WordPieceVocab(self.data, self.lower_case)
+        return SentencePieceVocab(self.data)
+
+
+def kind_of(path: str) -> str:
+    """A vocab file's kind by its name: Google BERT's vocab.txt, else a sentencepiece model."""
+    return "wordpiece" if path.endswith(".txt") else "sentencepiece"
+
+
+def from_manifest(folder: str, info: dict) -> VocabFile:
+    """The vocab a corpus was built with, from its manifest's "vocab" entry."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(f"{folder}/{info['file']}", "rb") as f:
+        data = f.read()
+    return VocabFile(info.get("kind", "sentencepiece"), data, bool(info.get("lower_case", False)))

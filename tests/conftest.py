@@ -43,6 +43,25 @@ def botchan_vocab(botchan, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def botchan_wordpiece(botchan, tmp_path_factory) -> Path:
+    """A lower-cased WordPiece vocab.txt (2,000 tokens) trained on Botchan by Hugging Face
+    `tokenizers`, laid out like Google's: [PAD] first, [unused*] slots, then [UNK] [CLS] [SEP]
+    [MASK] at ids that are not 1-4, then the learned tokens."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    specials = ["[PAD]", *(f"[unused{i}]" for i in range(5)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=specials, show_progress=False)
+    tokenizer.train_from_iterator(botchan.read_text(encoding="utf-8").splitlines(), trainer=trainer)
+    tokens = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    path = tmp_path_factory.mktemp("wordpiece") / "vocab.txt"
+    path.write_text("".join(f"{token}\n" for token, _ in tokens), encoding="utf-8")
+    return path
+
+
 def build(output: Path, *args: str) -> dict:
     """Run the real corpus pipeline (DirectRunner) and return its manifest."""
     import json

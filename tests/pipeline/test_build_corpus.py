@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import build_corpus, text
 from pipeline.schema import FEATURES, feature_lengths
-from pipeline.vocab import Vocab
+from pipeline.vocab import SentencePieceVocab as Vocab
 from tests.conftest import REPO, build, read_records, unmasked
 
 SEQ_LEN, MAX_PRED = 64, 9  # small and unlike the defaults, so a default leaking through fails
@@ -53,13 +53,13 @@ def expected_documents(files: list[Path], **kwargs) -> list[str]:
     return docs
 
 
-def pieces_of(rows: dict) -> list[np.ndarray]:
+def pieces_of(rows: dict, cls: int = 2, sep: int = 3) -> list[np.ndarray]:
     """Unmask every row, then cut it into its documents' pieces (no [CLS], [SEP] or padding)."""
     pieces = []
     for row, docs in zip(unmasked(rows), rows["document_ids"], strict=True):
         for d in np.unique(docs[docs > 0]):
             piece = row[docs == d]
-            pieces.append(piece[(piece != 2) & (piece != 3)])
+            pieces.append(piece[(piece != cls) & (piece != sep)])
     return pieces
 
 
@@ -510,7 +510,7 @@ def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
     assert both.returncode == 2
     assert (
         both.stderr.strip().splitlines()[-1]
-        == "error: give exactly one of --vocab PATH.model or --vocab_size N"
+        == "error: give exactly one of --vocab PATH (.model or WordPiece .txt) or --vocab_size N"
     )
 
     import sentencepiece as spm

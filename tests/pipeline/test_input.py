@@ -125,7 +125,7 @@ def test_dynamic_masking_true_uses_the_corpus_vocab(small_corpus):
 
 def test_whole_word_dynamic_masking_keeps_words_whole(small_corpus, botchan_vocab):
     from pipeline.masking import MaskingTables, word_ids
-    from pipeline.vocab import Vocab
+    from pipeline.vocab import SentencePieceVocab as Vocab
 
     masking = DynamicMasking.from_vocab_file(str(botchan_vocab), whole_word=True)
     tables = MaskingTables.from_vocab(Vocab(botchan_vocab.read_bytes()))

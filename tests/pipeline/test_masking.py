@@ -100,6 +100,19 @@ def test_whole_word_masks_every_piece_of_a_chosen_word():
             assert members <= chosen or not (members & chosen), f"row {r} split word {w}"
 
 
+def test_whole_word_that_overflows_leaves_the_row_unmasked_not_a_special():
+    # One 3-piece word among [UNK]s: budget round(3 * 0.15) -> 1 < 3, so nothing fits. The greedy
+    # pass must stop at the candidates, not go on to [CLS] / [UNK] / [SEP] words (it once did).
+    rows = np.array([[CLS, UNK, 5, 21, 22, UNK, UNK, UNK, UNK, UNK, UNK, UNK, SEP]] * 9)
+    for seed in range(5):
+        out = mask_rows(
+            rows, tables=tables(), max_predictions=4, masked_lm_prob=0.15, whole_word=True,
+            rng=np.random.default_rng(seed),
+        )  # fmt: skip
+        assert out["masked_lm_weights"].sum() == 0
+        assert (out["input_ids"] == rows).all()
+
+
 def test_same_seed_same_masks():
     rows = np.random.default_rng(4).integers(5, V, (7, 13))
     a, b = (

@@ -10,7 +10,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import build_corpus as bc
 from pipeline.config import CorpusConfig
-from pipeline.vocab import Vocab
+from pipeline.vocab import SentencePieceVocab as Vocab
+from pipeline.vocab import VocabFile
 
 
 def cfg(**overrides) -> CorpusConfig:
@@ -94,8 +95,8 @@ def test_train_vocab_is_deterministic_with_special_ids(botchan, tmp_path):
     for i, order in enumerate((lines, lines[::-1])):  # sample and order must not follow input order
         path = tmp_path / f"{i}.model"
         with TestPipeline() as p:
-            model = p | beam.Create([(bc.content_key(s), s) for s in order]) | bc.TrainVocab(config)
-            model | beam.Map(path.write_bytes)
+            vocab = p | beam.Create([(bc.content_key(s), s) for s in order]) | bc.TrainVocab(config)
+            vocab | beam.Map(lambda v, path=path: path.write_bytes(v.data))
         models.append(path.read_bytes())
     assert models[0] == models[1]
     vocab = Vocab(models[0])
@@ -112,7 +113,7 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
     expected = vocab.encode(["It was fine.", "Then it rained!", "A new line"])
     key = bc.content_key(doc)
     with TestPipeline() as p:
-        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([model]))
+        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         out = (
             p
             | beam.Create([(key, doc)])
@@ -161,7 +162,7 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
         "validation": {"tokens": 0, "groups": 1, "shards": 0, "dupes": 1},
     }
     with TestPipeline() as p:
-        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([model]))
+        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         plan_si = beam.pvalue.AsSingleton(p | "Plan" >> beam.Create([plan]))
         made = p | beam.Create([("train", d) for d in docs]) | bc.CreateInstances(config, model_si, plan_si)
         written = made.records | bc.WriteShards(str(tmp_path), plan_si)
