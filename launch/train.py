@@ -16,6 +16,8 @@ it; replaying the record stream is what keeps the data position exact.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import json
 import math
 import os
@@ -83,6 +85,7 @@ def resolve_corpus(data: str) -> Corpus:
         raise TrainError(f"--data {data}: {found}; build a corpus first (make corpus OUTPUT={data})")
     manifest = schema.read_manifest(folder)
     build, splits = manifest["build"], manifest["splits"]
+    check_vocab_file(folder, manifest["vocab"])
     return Corpus(
         folder=folder,
         manifest=manifest,
@@ -93,6 +96,20 @@ def resolve_corpus(data: str) -> Corpus:
         next_sentence=build.get("mode") == "segment_pair",
         validation_records=int(splits.get("validation", {}).get("instances", 0)),
     )
+
+
+def check_vocab_file(folder: str, vocab: dict) -> None:
+    """The vocab beside the shards is the one they were tokenized with (masking and export use it)."""
+    path = f"{folder}/{vocab['file']}"
+    if not tf.io.gfile.exists(path):
+        raise TrainError(f"{path}: missing (the manifest names it); rebuild the corpus")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        found = hashlib.sha256(f.read()).hexdigest()
+    if found != vocab["sha256"]:
+        raise TrainError(
+            f"{path}: sha256 {found[:12]}..., the manifest says {vocab['sha256'][:12]}...; "
+            "the shards were tokenized with another vocab, rebuild the corpus"
+        )
 
 
 def resolve_bert_config(config: TrainConfig, corpus: Corpus) -> BertConfig:
@@ -139,9 +156,10 @@ def batch_sizes(config: TrainConfig, strategy: tf.distribute.Strategy) -> tuple[
     return config.global_batch_size, config.global_batch_size // replicas
 
 
-def check_paths(config: TrainConfig, strategy: tf.distribute.Strategy) -> None:
-    """TPU workers read and write only through GCS: a local path would be the TPU host's disk."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
+def check_paths(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> None:
+    """TPU workers read and write only through GCS: a local path would be the TPU host's disk.
+    Checked from the flags before a TPU is looked for, and again for a TPUStrategy passed in."""
+    if config.strategy == "tpu" or isinstance(strategy, tf.distribute.TPUStrategy):
         for flag in ("data", "model_dir"):
             if not getattr(config, flag).startswith("gs://"):
                 raise TrainError(
@@ -172,7 +190,20 @@ class Checkpoints:
         return int(self.optimizer.iterations.numpy())
 
     def save(self, step: int) -> str:
-        return self.manager.save(checkpoint_number=step)
+        try:
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            if not _out_of_space(e):
+                raise
+            kept = self.manager.latest_checkpoint or "none yet"
+            raise TrainError(
+                f"{self.manager.directory}: no space left on the device writing checkpoint "
+                f"{step}; the newest complete one ({kept}) is untouched: free space and re-run to resume"
+            ) from None
+
+
+def _out_of_space(error: Exception) -> bool:
+    return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
 
 
 def model_variables(model: keras.Model) -> dict:
@@ -475,10 +506,11 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
+    check_paths(config, strategy)
     corpus = resolve_corpus(config.data)
     bert = resolve_bert_config(config, corpus)
     strategy = strategy or choose_strategy(config.strategy, config.tpu)
-    check_paths(config, strategy)
+    check_paths(config, strategy)  # --strategy auto may have found a TPU
     global_batch, per_replica = batch_sizes(config, strategy)
     eval_batches = validation_batches(config, corpus, global_batch)
     tf.io.gfile.makedirs(config.model_dir)

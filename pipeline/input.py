@@ -55,10 +55,21 @@ class DynamicMasking:
         )
 
 
-def check_manifest_for(manifest: Mapping, *, seq_len: int, max_predictions: int, vocab_sha256: str | None):
+def check_manifest_for(
+    manifest: Mapping,
+    *,
+    seq_len: int,
+    max_predictions: int,
+    vocab_sha256: str | None,
+    source: str = schema.MANIFEST_NAME,
+):
     try:
         schema.check_manifest(
-            manifest, seq_len=seq_len, max_predictions=max_predictions, vocab_sha256=vocab_sha256
+            manifest,
+            seq_len=seq_len,
+            max_predictions=max_predictions,
+            vocab_sha256=vocab_sha256,
+            source=source,
         )
     except schema.ManifestError as e:
         raise InputError(str(e)) from None
@@ -98,6 +109,12 @@ def check_shards(all_files: list[str], own_files: list[str], manifest: Mapping) 
     expected = {}
     for split, info in manifest.get("splits", {}).items():
         if any(name.startswith(f"{split}-") for name in listed):
+            records = sum(shard.get("records", 0) for shard in info.get("shards", []))
+            if records != info.get("instances", records):
+                raise InputError(
+                    f"{folder}/{schema.MANIFEST_NAME}: {split} has {info['instances']} instances but its "
+                    f"shards list {records} records; the manifest was edited or mixed up, rebuild the corpus"
+                )
             for shard in info.get("shards", []):
                 if shard["file"] not in listed:
                     raise InputError(
@@ -148,7 +165,11 @@ def make_dataset(
     seq_len = expected_seq_len or build.get("seq_len")
     max_predictions = expected_max_predictions or build.get("max_predictions")
     check_manifest_for(
-        manifest, seq_len=seq_len, max_predictions=max_predictions, vocab_sha256=expected_vocab_sha256
+        manifest,
+        seq_len=seq_len,
+        max_predictions=max_predictions,
+        vocab_sha256=expected_vocab_sha256,
+        source=f"{file_pattern.rsplit('/', 1)[0]}/{schema.MANIFEST_NAME}",
     )
     pairs = build.get("mode") == "segment_pair"
     all_files = _glob(file_pattern)  # one listing: on gs:// each glob is a request

@@ -151,8 +151,12 @@ def jsonl_documents(
     for raw in raw_lines:
         if not raw.strip():
             continue
+        line = decode_line(raw, stats)
+        if line.startswith(_BOM):  # a BOM on the first line is not JSON: the record must survive it
+            line = line[1:]
+            stats["repaired/bom"] += 1
         try:
-            record = json.loads(decode_line(raw, stats))
+            record = json.loads(line)
         except ValueError:
             stats["skipped/jsonl_malformed_line"] += 1
             continue

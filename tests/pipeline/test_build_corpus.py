@@ -7,7 +7,6 @@ import gzip
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from pipeline import build_corpus, text
 from pipeline.schema import FEATURES, feature_lengths
 from pipeline.vocab import SentencePieceVocab as Vocab
 from tests.conftest import REPO, build, read_records, unmasked
+from tests.corpus_checks import assert_covers, expected_documents, pieces_of
 
 SEQ_LEN, MAX_PRED = 64, 9  # small and unlike the defaults, so a default leaking through fails
 DOCS_ARGS = ("--vocab_size", "1500", "--seq_len", str(SEQ_LEN), "--max_predictions", str(MAX_PRED),
@@ -33,53 +33,6 @@ def docs_corpus(docs_input, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("docs_corpus")
     build(out, "--input", docs_input, *DOCS_ARGS)
     return out
-
-
-def expected_documents(files: list[Path], **kwargs) -> list[str]:
-    """The distinct documents the reader should produce, in file order (dedup keeps first)."""
-    stats = Counter()
-    seen, docs = set(), []
-    for path in files:
-        with open(path, "rb") as f:
-            for doc in text.text_documents(
-                text.iter_lines(f, 1 << 20, stats),
-                max_document_chars=1 << 20,
-                stats=stats,
-                **kwargs,
-            ):
-                if doc not in seen:
-                    seen.add(doc)
-                    docs.append(doc)
-    return docs
-
-
-def pieces_of(rows: dict, cls: int = 2, sep: int = 3) -> list[np.ndarray]:
-    """Unmask every row, then cut it into its documents' pieces (no [CLS], [SEP] or padding)."""
-    pieces = []
-    for row, docs in zip(unmasked(rows), rows["document_ids"], strict=True):
-        for d in np.unique(docs[docs > 0]):
-            piece = row[docs == d]
-            pieces.append(piece[(piece != cls) & (piece != sep)])
-    return pieces
-
-
-def assert_covers(pieces: list[np.ndarray], documents: list[list[int]], dupes: int):
-    """Every piece is a contiguous run of one document, and the pieces hold each token exactly
-    `dupes` times: no document lost, none invented, order kept."""
-    sentinel = np.array([-1], np.int32)
-    corpus = np.concatenate([np.concatenate([np.array(d, np.int32), sentinel]) for d in documents])
-    blob = corpus.tobytes()
-    for piece in pieces:
-        needle = piece.astype(np.int32).tobytes()
-        at = blob.find(needle)
-        while at >= 0 and at % 4:
-            at = blob.find(needle, at + 1)
-        assert at >= 0, f"a row holds tokens that no document has in that order: {piece[:12]}"
-    found = Counter(np.concatenate(pieces).tolist()) if pieces else Counter()
-    want = Counter()
-    for d in documents:
-        want.update(d)
-    assert found == Counter({t: n * dupes for t, n in want.items()})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,74 +227,6 @@ def test_segment_pair_sop_on_botchan(botchan, botchan_vocab, tmp_path):
     rows = read_records(out, "train")
     labels = rows["next_sentence_labels"][:, 0]
     assert len(labels) > 500 and 0.4 < labels.mean() < 0.6
-
-
-def nasty_corpus(folder: Path) -> list[str]:
-    """Files a real crawl contains; returns the valid documents, normalised, that must survive."""
-    folder.mkdir()
-    (folder / "bom_crlf.txt").write_bytes(
-        b"\xef\xbb\xbfWindows line one.\r\nWindows line two.\r\n\r\nOld Mac.\rLine two.\r"
-    )
-    (folder / "bad_utf8_nul.txt").write_bytes(
-        b"Caf\xe9 au lait.\nNUL\x00 inside.\n\nEmoji \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd ok.\n"
-    )
-    (folder / "scripts.txt").write_text(
-        "שלום עולם. مرحبا بالعالم.\n\n東京は晴れです。大阪は雨です。\n\n" + "x" * 3000 + " long word.\n"
-    )
-    long_line = "The same words again and again " * 72_000  # ~2.2 MB, no newline: 3 pieces
-    (folder / "long_line.txt").write_text(long_line)
-    (folder / "empty.txt").write_bytes(b"")
-    (folder / "blank.txt").write_bytes(b"   \n\t\n\r\n")
-    (folder / "archive.txt").write_bytes(gzip.compress(b"compressed but named .txt " * 400))
-    cut = gzip.compress("".join(f"Cut short {i}. " for i in range(5000)).encode())
-    (folder / "cut.txt.gz").write_bytes(cut[: len(cut) // 2])
-    (folder / "dup.txt").write_text("Windows line one.\nWindows line two.\n")
-    piece = build_corpus.CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=100).max_line_bytes
-    pieces = [long_line.encode()[i : i + piece].decode() for i in range(0, len(long_line.encode()), piece)]
-    return [
-        "Windows line one.\nWindows line two.",
-        "Old Mac.\nLine two.",
-        "Caf\ufffd au lait.\nNUL inside.",
-        "Emoji 👍🏽 ok.",
-        "שלום עולם. مرحبا بالعالم.",
-        "東京は晴れです。大阪は雨です。",
-        "x" * 3000 + " long word.",
-        *pieces,
-    ]
-
-
-def test_nasty_inputs_complete_and_keep_every_valid_document(tmp_path, botchan_vocab):
-    expected = nasty_corpus(tmp_path / "nasty")
-    out = tmp_path / "out"
-    manifest = build(
-        out,
-        "--input",
-        str(tmp_path / "nasty" / "*"),
-        "--vocab",
-        str(botchan_vocab),
-        "--on_bad_file",
-        "skip",
-        "--seq_len",
-        "96",
-        "--max_predictions",
-        "5",
-        "--dupe_factor",
-        "1",
-        "--validation_fraction",
-        "0",
-    )
-    assert manifest["input"]["skipped"] == {
-        "bad_file_binary": 1,
-        "bad_file_unreadable": 1,
-        "duplicate_document": 1,
-        "empty_file": 2,
-    }
-    repaired = manifest["input"]["repaired"]
-    assert repaired["bom"] == 1 and repaired["invalid_utf8_line"] == 1 and repaired["control_chars"] == 1
-    assert repaired["long_line_split"] == len(expected) - 7 - 1
-    vocab = Vocab(botchan_vocab.read_bytes())
-    documents = [[t for ids in vocab.encode(text.document_sentences(d)) for t in ids] for d in expected]
-    assert_covers(pieces_of(read_records(out, "train")), documents, dupes=1)
 
 
 def test_jsonl_bz2_input(tmp_path, botchan_vocab):
@@ -616,33 +501,3 @@ def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
         "  skipped: empty_file 2; repaired: none",
         "warning: no instances were written: every input document was empty or skipped",
     ]
-
-
-def test_a_100_mb_line_through_the_whole_pipeline(tmp_path, botchan_vocab):
-    """The full build over one 100 MB line without a newline (~20 s): completes, bounded memory."""
-    import time
-
-    import psutil
-
-    words = "The quick brown fox jumps over the lazy dog near the river bank. "
-    with open(tmp_path / "long.txt", "w") as f:
-        for _ in range(100 * (1 << 20) // len(words) // 1000):
-            f.write(words * 1000)
-    size = (tmp_path / "long.txt").stat().st_size
-    command = [sys.executable, "-m", "pipeline.build_corpus", "--input", str(tmp_path / "long.txt"),
-               "--output", str(tmp_path / "out"), "--vocab", str(botchan_vocab), "--dupe_factor", "1",
-               "--validation_fraction", "0"]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, psutil.Process(proc.pid).memory_info().rss)
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
-    assert proc.returncode == 0
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["input"]["repaired"]["long_line_split"] == size // (1 << 20)
-    assert manifest["splits"]["train"]["instances"] > 100_000
-    print(f"100 MB line: peak RSS {peak / 2**20:.0f} MiB")
-    assert peak < 4 << 30  # bounded: the document shuffle holds the text, nothing holds the instances

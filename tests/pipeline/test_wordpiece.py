@@ -16,7 +16,7 @@ from pipeline import build_corpus, text
 from pipeline.masking import MaskingTables, word_ids
 from pipeline.vocab import VocabError, WordPieceVocab
 from tests.conftest import build, read_records, unmasked
-from tests.pipeline.test_build_corpus import assert_covers, expected_documents, pieces_of
+from tests.corpus_checks import assert_covers, expected_documents, pieces_of
 
 # ------------------------------------------------------------------------------------------------
 # The oracle: google-research/bert tokenization.py (BasicTokenizer + WordpieceTokenizer), transcribed.
