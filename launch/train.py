@@ -15,6 +15,7 @@ it; replaying the record stream is what keeps the data position exact.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -204,6 +205,20 @@ class Checkpoints:
 
 def _out_of_space(error: Exception) -> bool:
     return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
+
+
+@contextlib.contextmanager
+def out_of_space_is_one_line(model_dir: str):
+    """A full disk under the logs or history (checkpoints say more, in `Checkpoints.save`)."""
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as e:
+        if not _out_of_space(e):
+            raise
+        raise TrainError(
+            f"--model_dir {model_dir}: no space left on the device; checkpoints already written are "
+            "complete: free space and re-run to resume"
+        ) from None
 
 
 def model_variables(model: keras.Model) -> dict:
@@ -582,7 +597,7 @@ def fit(run: Run, step: int) -> None:
         devices=run.strategy.num_replicas_in_sync,
     )
     shards = tf.io.gfile.glob(corpus.train_files) + tf.io.gfile.glob(corpus.validation_files)
-    with naming_bad_shards(shards):
+    with naming_bad_shards(shards), out_of_space_is_one_line(config.model_dir):
         run.model.fit(
             train_data,
             initial_epoch=step // config.steps_per_epoch,

@@ -28,6 +28,7 @@ import io
 import itertools
 import json
 import logging
+import re
 import sys
 import zlib
 from collections import Counter
@@ -776,7 +777,8 @@ def _error_line(error: BaseException) -> str | None:
     for candidate in (error, error.__cause__, error.__context__):
         if isinstance(candidate, BadInputError | VocabError | ValueError):
             message = str(candidate).strip().splitlines()
-            return message[0] if message else None
+            # Beam appends the stage: " [while running 'ReadDocuments/...']"; the file is the news.
+            return re.sub(r" \[while running '[^']*'\]$", "", message[0]) if message else None
     return None
 
 

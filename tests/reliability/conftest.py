@@ -27,7 +27,7 @@ def report(request):
                 "docs_out": docs_out,
                 "skipped": skipped or {},
                 "detail": re.sub(
-                    r"/tmp/pytest-of-[^/]+/pytest-\d+/", "…/", detail
+                    r"/tmp/pytest-of-[^/]+/pytest-\d+/([^/\s]+/)?", "…/", detail
                 ),  # the case, not the machine
             }
         )

@@ -5,8 +5,10 @@ reach it.
         subprocess.run([...], env=gcs.env())      # Beam, TF and our code on gs://bertbeam/...
 
 - The emulator is `gcp-storage-emulator` (PyPI, pure Python), in memory. It serves the JSON API,
-  the upload and download endpoints and the batch endpoint that Beam's WriteToTFRecord uses at
-  FinalizeWrite; the Go `fake-gcs-server` lacks the batch endpoint, so Beam fails there.
+  the upload and download endpoints and the batch endpoint that Beam's file sinks use at
+  FinalizeWrite; the Go `fake-gcs-server` lacks the batch endpoint, so Beam fails there. It
+  crashes on a zero-byte media upload, which is how TF writes a directory marker: the relay sends
+  those as the equivalent multipart upload.
 - Python clients (Beam's GcsIO, google-cloud-storage) honour STORAGE_EMULATOR_HOST.
 - TensorFlow's GCS filesystem has no endpoint setting: it always calls https://www.googleapis.com
   and https://storage.googleapis.com. Its curl honours HTTPS_PROXY and CURL_CA_BUNDLE, so the
@@ -182,6 +184,7 @@ class GCS:
         self.folder, self.bucket = Path(folder), bucket
 
     def __enter__(self) -> GCS:
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
@@ -242,3 +245,46 @@ class GCS:
             "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "200000",
             "GCS_RETRY_CONFIG_MAX_RETRIES": "3",
         }
+
+
+def objects(gcs_url: str, bucket: str, prefix: str) -> list[str]:
+    """Object names under `prefix`, straight from the emulator's JSON API."""
+    names, token = [], None
+    while True:
+        query = {"prefix": prefix, **({"pageToken": token} if token else {})}
+        url = f"{gcs_url}/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}"
+        page = json.loads(urllib.request.urlopen(url, timeout=30).read())
+        names += [item["name"] for item in page.get("items", [])]
+        token = page.get("nextPageToken")
+        if not token:
+            return names
+
+
+def download(gcs_url: str, bucket: str, name: str) -> bytes:
+    url = f"{gcs_url}/download/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media"
+    return urllib.request.urlopen(url, timeout=60).read()
+
+
+def upload(gcs_url: str, bucket: str, name: str, data: bytes) -> None:
+    query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+    request = urllib.request.Request(f"{gcs_url}/upload/storage/v1/b/{bucket}/o?{query}", data=data,
+                                     headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    urllib.request.urlopen(request, timeout=60).read()
+
+
+def main(argv: list[str]) -> None:
+    """`python -m tests.reliability.gcs MODULE ARGS...`: runs `python -m MODULE ARGS` with Beam's
+    GCS credentials settled as anonymous (as the emulator needs). Without this, Beam retries
+    google.auth.default() with backoff for ~25 s before it goes anonymous by itself."""
+    import runpy
+
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials, auth._Credentials._credentials_init = None, True
+    sys.argv = argv
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
