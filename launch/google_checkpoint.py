@@ -149,6 +149,11 @@ def google_bert_config(path: str) -> BertConfig:
         raw = json.load(f)
     if raw.get("hidden_act", "gelu") != "gelu":
         raise GoogleCheckpointError(f"{path}: hidden_act {raw['hidden_act']!r}; only gelu is supported")
+    return bert_config_from(raw, hidden_act="gelu_approximate")
+
+
+def bert_config_from(raw: dict, *, hidden_act: str, layer_norm_epsilon: float = 1e-12) -> BertConfig:
+    """A BertConfig from the field names google-research/bert's config and Hugging Face's share."""
     return BertConfig(
         vocab_size=raw["vocab_size"],
         hidden_size=raw["hidden_size"],
@@ -159,7 +164,8 @@ def google_bert_config(path: str) -> BertConfig:
         type_vocab_size=raw.get("type_vocab_size", 2),
         dropout=raw.get("hidden_dropout_prob", 0.1),
         initializer_range=raw.get("initializer_range", 0.02),
-        hidden_act="gelu_approximate",
+        layer_norm_epsilon=layer_norm_epsilon,
+        hidden_act=hidden_act,
     )
 
 

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from launch.google_checkpoint import Mapping, _google_layout, _to_ours, mappings
+from launch.google_checkpoint import Mapping, _google_layout, _to_ours, bert_config_from, mappings
 from model.config import BertConfig
 from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
 
@@ -227,18 +227,8 @@ def hf_bert_config(path: str) -> BertConfig:
     if raw.get("position_embedding_type", "absolute") != "absolute":
         found = raw["position_embedding_type"]
         raise HFCheckpointError(f"{path}: position_embedding_type {found!r}; expected absolute")
-    return BertConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_layers=raw["num_hidden_layers"],
-        num_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position=raw["max_position_embeddings"],
-        type_vocab_size=raw.get("type_vocab_size", 2),
-        dropout=raw.get("hidden_dropout_prob", 0.1),
-        initializer_range=raw.get("initializer_range", 0.02),
-        layer_norm_epsilon=raw.get("layer_norm_eps", 1e-12),
-        hidden_act=FROM_HF_ACTIVATIONS[act],
+    return bert_config_from(
+        raw, hidden_act=FROM_HF_ACTIVATIONS[act], layer_norm_epsilon=raw.get("layer_norm_eps", 1e-12)
     )
 
 

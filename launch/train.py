@@ -281,11 +281,19 @@ def warm_start(model: keras.Model, source: str) -> None:
             raise TrainError(f"--init_checkpoint {e}") from None
         return
     try:
+        read_weights(model, path)
+    except ValueError as e:
+        raise TrainError(f"--init_checkpoint {path}: does not fit this model ({e})") from None
+
+
+def read_weights(model: keras.Model, path: str) -> None:
+    """Trainable weights from a bertbeam checkpoint; ValueError(first line of the cause) when the
+    checkpoint does not fit the model."""
+    try:
         status = tf.train.Checkpoint(model=weights_by_path(model)).read(path)
         status.expect_partial().assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
-        cause = str(e).strip().splitlines()[0][:200]
-        raise TrainError(f"--init_checkpoint {path}: does not fit this model ({cause})") from None
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+        raise ValueError(str(e).strip().splitlines()[0][:200]) from None
 
 
 # === Input ===
