@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import keras
 import numpy as np
@@ -104,8 +105,8 @@ def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
 
 
 def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str) -> None:
-    """config.json, model.safetensors, and the tokenizer (tokenizer.json, tokenizer_config.json,
-    plus vocab.txt or vocab.model) that `transformers.AutoTokenizer` loads."""
+    """config.json, model.safetensors and the vocab, plus the tokenizer (tokenizer.json,
+    tokenizer_config.json) that `transformers.AutoTokenizer` loads where the vocab kind has one."""
     from safetensors.numpy import save
 
     vocab = vocab_file.load()
@@ -114,8 +115,15 @@ def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder:
     files = {
         "config.json": json.dumps(config, indent=2, sort_keys=True).encode(),
         WEIGHTS: save(hf_tensors(model), metadata={"format": "pt"}),
-        "tokenizer.json": hf_tokenizer(vocab_file).to_str().encode(),
-        "tokenizer_config.json": json.dumps(
+        vocab_file.file_name: vocab_file.data,
+    }
+    tokenizer = hf_tokenizer(vocab_file)
+    if tokenizer is None:
+        print(f"note: no Hugging Face tokenizer for this {vocab_file.kind} vocab (a bpe model); "
+              f"{folder} has the weights and {vocab_file.file_name} only", file=sys.stderr)  # fmt: skip
+    else:
+        files["tokenizer.json"] = tokenizer.to_str().encode()
+        files["tokenizer_config.json"] = json.dumps(
             {
                 "tokenizer_class": TOKENIZER_CLASS[vocab_file.kind],
                 "do_lower_case": vocab_file.lower_case,
@@ -124,9 +132,7 @@ def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder:
             },
             indent=2,
             sort_keys=True,
-        ).encode(),
-        vocab_file.file_name: vocab_file.data,
-    }
+        ).encode()
     for name, data in files.items():
         with tf.io.gfile.GFile(f"{folder}/{name}", "wb") as f:
             f.write(data)
@@ -136,7 +142,8 @@ def hf_tokenizer(vocab_file: VocabFile):
     """A `tokenizers.Tokenizer` that tokenizes exactly as our vocab does, plus BERT's [CLS] A [SEP]
     (B [SEP]) template and special tokens. WordPiece: the same tokenizer. A sentencepiece unigram
     model: its pieces, scores and normalization map as a tokenizers Unigram model (the conversion
-    transformers applies to sentencepiece tokenizers)."""
+    transformers applies to sentencepiece tokenizers). None for a bpe sentencepiece model: its
+    merges are not in the model file."""
     from tokenizers import AddedToken, Tokenizer, decoders, processors
 
     vocab = vocab_file.load()
@@ -145,6 +152,8 @@ def hf_tokenizer(vocab_file: VocabFile):
         tokenizer.decoder = decoders.WordPiece(prefix="##")
     else:
         tokenizer = _unigram_from_sentencepiece(vocab)
+        if tokenizer is None:
+            return None
     ids = vocab.special_ids
     cls, sep = SPECIAL_PIECES["cls"], SPECIAL_PIECES["sep"]
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -162,9 +171,7 @@ def _unigram_from_sentencepiece(vocab: SentencePieceVocab):
     proto = _model_proto_class()()
     proto.ParseFromString(vocab.model_bytes)
     if proto.trainer_spec.model_type != 1:  # UNIGRAM
-        raise HFCheckpointError(
-            "only a unigram sentencepiece model has a Hugging Face tokenizer equivalent (not bpe)"
-        )
+        return None
     # Control pieces ([CLS], [SEP], [MASK]) never match text in sentencepiece: score them out.
     pieces = [(p.piece, -1e9 if p.type == 3 else p.score) for p in proto.pieces]  # 3: CONTROL
     tokenizer = Tokenizer(models.Unigram(pieces, proto.trainer_spec.unk_id, False))

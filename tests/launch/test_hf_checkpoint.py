@@ -239,6 +239,23 @@ def test_the_exported_tokenizer_tokenizes_as_our_vocab(botchan, wordpiece, botch
         assert tokenizer.mask_token_id == ids["mask"] and tokenizer.pad_token_id == ids["pad"]
 
 
+def test_a_bpe_sentencepiece_vocab_exports_weights_without_a_tokenizer(botchan, tmp_path, capsys):
+    from pipeline.vocab import train_sentencepiece
+
+    lines = [line for line in botchan.read_text(encoding="utf-8").splitlines() if line.strip()][:2000]
+    vocab_file = VocabFile("sentencepiece", train_sentencepiece(lines, vocab_size=300, model_type="bpe"))
+    bert = bert_config(vocab_file.load().size, "gelu")
+    save_hf(build_pretraining_model(bert, T, P, next_sentence=False), bert, vocab_file, str(tmp_path / "hf"))
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "vocab.model",
+    ]
+    assert "no Hugging Face tokenizer for this sentencepiece vocab (a bpe model)" in capsys.readouterr().err
+    _, info, _ = load_quietly(transformers.BertForMaskedLM, tmp_path / "hf")
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
 def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
     """`python -m launch.export` on a real run: HF logits on the corpus's own records match the
     checkpoint's, and the Google export reads back under Google's names."""
