@@ -113,6 +113,21 @@ def small_corpus(python_docs, botchan_vocab, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_config(small_corpus, tmp_path_factory) -> Path:
+    """A BertConfig JSON with odd sizes (H 24, 3 heads, feed-forward 44) for the 32-token corpus."""
+    from model.config import BertConfig
+    from pipeline.schema import read_manifest
+
+    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    config = BertConfig(
+        vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44, max_position=40
+    )
+    path = tmp_path_factory.mktemp("bert") / "bert_config.json"
+    path.write_text(config.to_json())
+    return path
+
+
 def unmasked(rows: dict):
     """input_ids with masked_lm_ids put back at masked_lm_positions (weight-1 entries only: the
     padding predictions point at position 0 with id 0). A numpy oracle, independent of the reader."""

@@ -339,23 +339,16 @@ def test_export_cli_errors_are_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained_run(small_corpus, tmp_path_factory) -> Path:
+def trained_run(small_corpus, tiny_config, tmp_path_factory) -> Path:
     from launch.config import TrainConfig
     from launch.train import train
-    from pipeline.schema import read_manifest
 
-    vocab_size = read_manifest(str(small_corpus))["vocab"]["size"]
-    bert = BertConfig(
-        vocab_size, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44, max_position=40
-    )
-    path = tmp_path_factory.mktemp("bert") / "bert_config.json"
-    path.write_text(bert.to_json())
     model_dir = tmp_path_factory.mktemp("hf_run")
     train(
         TrainConfig(
-            data=str(small_corpus), model_dir=str(model_dir), bert_config=str(path), global_batch_size=8,
-            train_steps=20, warmup_steps=2, learning_rate=2e-3, log_every=10, checkpoint_every=10,
-            eval_every=10, eval_steps=1, export=False,
+            data=str(small_corpus), model_dir=str(model_dir), bert_config=str(tiny_config),
+            global_batch_size=8, train_steps=20, warmup_steps=2, learning_rate=2e-3, log_every=10,
+            checkpoint_every=10, eval_every=10, eval_steps=1, export=False,
         )
     )  # fmt: skip
     return model_dir

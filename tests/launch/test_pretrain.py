@@ -23,18 +23,6 @@ from pipeline.schema import read_manifest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def tiny_config(small_corpus, tmp_path_factory) -> Path:
-    """A BertConfig with odd sizes (H 24, 3 heads, feed-forward 44) for the 32-token corpus."""
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
-    config = BertConfig(
-        vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44, max_position=40
-    )
-    path = tmp_path_factory.mktemp("bert") / "bert_config.json"
-    path.write_text(config.to_json())
-    return path
-
-
 def run_config(corpus, model_dir, bert_config, **overrides) -> TrainConfig:
     values = dict(
         data=str(corpus),
