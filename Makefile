@@ -37,7 +37,7 @@ DEMO_CORPUS := --doc_per_file --vocab_size 8000 --seq_len 128 --max_predictions 
 DEMO_TRAIN := --preset tiny --strategy cpu --global_batch_size 32 --train_steps 1500 --warmup_steps 150 \
 	--learning_rate 2e-3 --log_every 100 --checkpoint_every 250 --eval_every 500 --eval_steps 10
 
-.PHONY: setup test test-reliability test-slow lint format corpus data demo pretrain-cpu pretrain-gpu pretrain-tpu \
+.PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo pretrain-cpu pretrain-gpu pretrain-tpu \
 	tensorboard export bench-corpus bench-input bench-train clean
 
 $(STAMP): pyproject.toml
@@ -51,15 +51,21 @@ setup: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW)
 
+# Every case (README, CI).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# While working: everything but the cases marked slow (end-to-end, resume and reliability runs).
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not slow'
 
 # The reliability suite alone (also part of `make test`), ending with its summary table.
 test-reliability: $(STAMP)
 	$(BIN)/python -m pytest -q tests/reliability
 
-test-slow: $(STAMP)  # cases marked slow, run on purpose (pytest exits 5 when none are marked)
-	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+# Only the slow cases.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline.fetch_corpora import python_docs  # noqa: E402
+from pipeline.schema import read_manifest  # noqa: E402
 
 RUN_ONE = """
 import json, sys, time
@@ -174,9 +175,9 @@ def main() -> int:
                         str(workers),
                     ]
                 )
-                manifest = json.loads((out / "manifest.json").read_text())
-                docs = manifest["input"]["documents"]
-                instances = sum(s["instances"] for s in manifest["splits"].values())
+                manifest = read_manifest(str(out))
+                docs = manifest.input["documents"]
+                instances = sum(split.instances for split in manifest.splits.values())
                 rate = size / 1e6 / (seconds / 60) / workers
                 print(
                     f"{scale:>4}x {mode:>16} {docs:>7} {instances:>9} {seconds:>7.1f} {docs / seconds:>8.1f} "

@@ -25,11 +25,11 @@ BATCH = 256
 
 
 def measure(corpus: str, masking, seconds: float = 10.0) -> float:
-    from pipeline.input import make_dataset
+    from pipeline.input import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
-    ds = make_dataset(f"{corpus}/train-*", manifest=read_manifest(corpus), per_replica_batch_size=BATCH,
-                      training=True, seed=0, dynamic_masking=masking)  # fmt: skip
+    config = InputConfig(per_replica_batch_size=BATCH, training=True, seed=0, dynamic_masking=masking)
+    ds = make_dataset(read_manifest(corpus), "train", config)
     iterator = iter(ds)
     for _ in range(20):  # warm-up: fill the shuffle buffer and the prefetch queue
         next(iterator)

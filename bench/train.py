@@ -30,11 +30,10 @@ def batches(corpus: str, batch_size: int, count: int):
     neither model waits on the input pipeline, and both see the very same tensors)."""
     import tensorflow as tf
 
-    from pipeline.input import make_dataset
+    from pipeline.input import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
-    ds = make_dataset(f"{corpus}/train-*", manifest=read_manifest(corpus), per_replica_batch_size=batch_size,
-                      training=True, seed=0)  # fmt: skip
+    ds = make_dataset(read_manifest(corpus), "train", InputConfig(batch_size, training=True, seed=0))
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *list(ds.take(count)))
     return tf.data.Dataset.from_tensor_slices(stacked).repeat().prefetch(tf.data.AUTOTUNE)
 
@@ -119,8 +118,7 @@ def main() -> int:
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(args.corpus)
-    seq_len, max_predictions = manifest["build"]["seq_len"], manifest["build"]["max_predictions"]
-    vocab = manifest["vocab"]["size"]
+    seq_len, max_predictions, vocab = manifest.seq_len, manifest.max_predictions, manifest.vocab.size
     peak = measure_matmul_tflops()
     print(f"corpus {args.corpus}: seq_len {seq_len}, {max_predictions} predictions, vocab {vocab}; "
           f"batch {args.batch_size}; {os.cpu_count()} cores; TF {tf.__version__}")  # fmt: skip

@@ -8,72 +8,63 @@ Step counts (train, warmup, checkpoint, eval, log) are optimizer updates; with
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import typing
 
+from common.cli import Parser, add_arguments, field
+from common.errors import ConfigError, need
 from launch.optimizer import OPTIMIZERS
 from launch.strategy import KINDS
 from model.config import PRESETS
 
 MIXED_PRECISION = ("none", "bf16", "fp16")
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message is one line saying what to change."""
-
-
-def _field(default, help: str, **kwargs):
-    return dataclasses.field(default=default, metadata={"help": help, **kwargs})
+__all__ = ["ConfigError", "TrainConfig", "parser"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    data: str = _field(None, "corpus folder: manifest.json and shards (local or gs://)", required=True)
-    model_dir: str = _field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
-    preset: str = _field("tiny", f"model size: {'|'.join(PRESETS)}")
-    bert_config: str | None = _field(
+    data: str = field(None, "corpus folder: manifest.json and shards (local or gs://)", required=True)
+    model_dir: str = field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
+    preset: str = field("tiny", f"model size: {'|'.join(PRESETS)}")
+    bert_config: str | None = field(
         None,
         "instead of --preset: our BertConfig JSON, Google's bert_config.json or HF's config.json",
     )
-    strategy: str = _field("auto", f"hardware: {'|'.join(KINDS)}")
-    tpu: str | None = _field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
-    global_batch_size: int = _field(32, "examples per optimizer step over all replicas")
-    per_replica_batch_size: int = _field(0, "instead of --global_batch_size: examples per replica")
-    train_steps: int = _field(1000, "optimizer updates in the whole run")
-    warmup_steps: int = _field(100, "updates of linear learning-rate warmup")
-    learning_rate: float = _field(1e-4, "peak learning rate")
-    end_learning_rate: float = _field(0.0, "learning rate at train_steps, reached linearly")
-    optimizer: str = _field("adamw", f"{'|'.join(OPTIMIZERS)}")
-    weight_decay: float = _field(0.01, "decoupled weight decay (never on LayerNorm or bias)")
-    clipnorm: float = _field(1.0, "clip each gradient to this norm; 0 = off")
-    grad_accum_steps: int = _field(1, "batches whose gradients are averaged into one update")
-    mixed_precision: str = _field("none", f"{'|'.join(MIXED_PRECISION)}")
-    jit_compile: bool = _field(True, "compile the train step with XLA (as on a TPU)")
-    steps_per_execution: int = _field(1, "batches per compiled call (fewer host round trips)")
-    checkpoint_every: int = _field(500, "updates between checkpoints")
-    keep_checkpoints: int = _field(3, "newest checkpoints kept")
-    eval_every: int = _field(500, "updates between validation runs")
-    eval_steps: int = _field(20, "validation batches per run (capped by the split's size); 0 = none")
-    log_every: int = _field(100, "updates between log lines, TensorBoard points and history rows")
-    dynamic_masking: bool = _field(False, "draw a fresh mask per read (RoBERTa) instead of the stored one")
-    seed: int = _field(0, "initialisation, dropout and data order all derive from it")
+    strategy: str = field("auto", f"hardware: {'|'.join(KINDS)}")
+    tpu: str | None = field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
+    global_batch_size: int = field(32, "examples per optimizer step over all replicas")
+    per_replica_batch_size: int = field(0, "instead of --global_batch_size: examples per replica")
+    train_steps: int = field(1000, "optimizer updates in the whole run")
+    warmup_steps: int = field(100, "updates of linear learning-rate warmup")
+    learning_rate: float = field(1e-4, "peak learning rate")
+    end_learning_rate: float = field(0.0, "learning rate at train_steps, reached linearly")
+    optimizer: str = field("adamw", f"{'|'.join(OPTIMIZERS)}: Keras's AdamW, or Lamb (large batches)")
+    weight_decay: float = field(0.01, "decoupled weight decay (never on LayerNorm or bias)")
+    clipnorm: float = field(1.0, "clip each gradient to this norm; 0 = off")
+    grad_accum_steps: int = field(1, "batches whose gradients are averaged into one update")
+    mixed_precision: str = field(
+        "none", f"{'|'.join(MIXED_PRECISION)}: compute in bfloat16 or float16 (fp16 adds loss scaling)"
+    )
+    jit_compile: bool = field(True, "compile the train step with XLA (as on a TPU)")
+    steps_per_execution: int = field(1, "batches per compiled call (fewer host round trips)")
+    checkpoint_every: int = field(500, "updates between checkpoints")
+    keep_checkpoints: int = field(3, "newest checkpoints kept")
+    eval_every: int = field(500, "updates between validation runs")
+    eval_steps: int = field(20, "validation batches per run (capped by the split's size); 0 = none")
+    log_every: int = field(100, "updates between log lines, TensorBoard points and history rows")
+    dynamic_masking: bool = field(False, "draw a fresh mask per read (RoBERTa) instead of the stored one")
+    seed: int = field(0, "initialisation, dropout and data order all derive from it")
     # CPU runs, XLA or not, are reproducible without it; on GPUs it costs speed and Keras turns XLA off.
-    deterministic: bool = _field(False, "TF op determinism (for bit-identical GPU resumes)")
-    init_checkpoint: str | None = _field(
+    deterministic: bool = field(False, "TF op determinism (for bit-identical GPU resumes)")
+    init_checkpoint: str | None = field(
         None, "warm start, weights only: a model_dir, checkpoint, Google BERT, or hf:DIR (Hugging Face)"
     )
-    peak_tflops: float | None = _field(None, "device peak for MFU (default: known TPU/GPU types)")
-    export: bool = _field(True, "write model_dir/export/ at the end")
-    trace_batches: bool = _field(False, "debugging: a digest of every batch read, in model_dir/trace/")
+    peak_tflops: float | None = field(None, "device peak for MFU (default: known TPU/GPU types)")
+    export: bool = field(True, "write model_dir/export/ at the end")
+    trace_batches: bool = field(False, "debugging: a digest of every batch read, in model_dir/trace/")
 
     def __post_init__(self):
-        def need(ok: bool, message: str):
-            if not ok:
-                raise ConfigError(message)
-
         need(bool(self.data), "--data: required (a corpus folder with manifest.json)")
         need(bool(self.model_dir), "--model_dir: required")
         need(self.preset in PRESETS, f"--preset {self.preset}: expected one of {', '.join(PRESETS)}")
@@ -121,30 +112,21 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
+    def from_json(cls, text: str, source: str = "config.json") -> TrainConfig:
+        values = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        need(not set(values) - known, f"{source}: unknown fields {sorted(set(values) - known)}")
+        return cls(**values)
+
+    @classmethod
     def from_args(cls, argv: list[str] | None = None) -> TrainConfig:
         return cls(**vars(parser().parse_args(argv)))
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def parser() -> Parser:
+    p = Parser(
         prog="python -m launch.pretrain",
         description="Pretrain BERT on a bertbeam corpus; re-run the same command to resume.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        kind = hints[f.name]
-        help_text = f.metadata["help"]
-        if kind is bool:
-            flag = argparse.BooleanOptionalAction
-            p.add_argument(f"--{f.name}", action=flag, default=f.default, help=help_text)
-            continue
-        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        p.add_argument(
-            f"--{f.name}",
-            type=base,
-            default=f.default,
-            required=f.metadata.get("required", False),
-            help=help_text,
-        )
+    add_arguments(p, TrainConfig)
     return p

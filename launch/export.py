@@ -24,8 +24,6 @@ variable names (launch/google_checkpoint.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -34,21 +32,33 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402 - after the log level
 import tensorflow as tf  # noqa: E402
 
+from common.cli import Parser, run_cli  # noqa: E402
+from common.errors import BertbeamError  # noqa: E402
+from common.files import write_atomically  # noqa: E402
+from launch.checkpoints import CheckpointError, read_weights  # noqa: E402
+from launch.config import TrainConfig  # noqa: E402
+from launch.google_checkpoint import google_config_json, save_google_checkpoint  # noqa: E402
+from launch.hf_checkpoint import save_hf  # noqa: E402
+from launch.run_dir import RunDir  # noqa: E402
 from model.bert import build_pretraining_model, encoder_from  # noqa: E402
+from model.config import BertConfig  # noqa: E402
+from pipeline.schema import Manifest, read_manifest  # noqa: E402
+from pipeline.vocab import VocabFile  # noqa: E402
 
 PRETRAINING = "pretraining.keras"
 ENCODER = "encoder"
-
-
 FORMATS = ("hf", "google", "keras")
 
 
-class ExportError(ValueError):
+class ExportError(BertbeamError):
     """Nothing to export, or not in that format; one line saying why."""
 
 
-def export(model: keras.Model, *, bert, corpus, config, folder: str | None = None) -> str:
-    folder = folder or f"{config.model_dir}/export"
+def export(model: keras.Model, *, bert: BertConfig, manifest: Manifest, config: TrainConfig,
+           folder: str | None = None) -> str:  # fmt: skip
+    """model_dir/export/ (or `folder`): the Keras file, the encoder SavedModel, the corpus's vocab
+    and both configs."""
+    folder = folder or RunDir(config.model_dir).export
     tf.io.gfile.makedirs(folder)
     # A fresh, uncompiled copy: the saved file then carries no optimizer or schedule, so loading
     # it needs only the model's own layers registered (and no strategy scope).
@@ -56,11 +66,10 @@ def export(model: keras.Model, *, bert, corpus, config, folder: str | None = Non
     plain.set_weights(model.get_weights())
     plain.save(f"{folder}/{PRETRAINING}")
     save_encoder(encoder_from(plain), f"{folder}/{ENCODER}")
-    vocab_name = corpus.vocab_file.rsplit("/", 1)[-1]  # vocab.model or vocab.txt
-    tf.io.gfile.copy(corpus.vocab_file, f"{folder}/{vocab_name}", overwrite=True)
-    for name, text in (("bert_config.json", bert.to_json()), ("train_config.json", config.to_json())):
-        with tf.io.gfile.GFile(f"{folder}/{name}", "w") as f:
-            f.write(text)
+    vocab = VocabFile.of_corpus(manifest)
+    write_atomically(f"{folder}/{vocab.file_name}", vocab.data)
+    write_atomically(f"{folder}/bert_config.json", bert.to_json())
+    write_atomically(f"{folder}/train_config.json", config.to_json())
     print(f"exported to {folder}", flush=True)
     return folder
 
@@ -96,85 +105,65 @@ def save_encoder(encoder: keras.Model, path: str) -> None:
     archive.write_out(path, verbose=False)
 
 
-def load_pretraining_model(path: str) -> keras.Model:
-    import model  # noqa: F401 - registers bertbeam's layers and loss
-
-    return keras.saving.load_model(path)
-
-
 # === From a checkpoint, on the command line ===
 
 
 def restore(model_dir: str, checkpoint: str | None = None):
-    """(model, bert, corpus, config, checkpoint path) of a run: its config.json, its corpus's
-    manifest and vocab, and the trainable weights of its newest checkpoint (or `checkpoint`)."""
-    from launch.config import TrainConfig
-    from launch.train import read_weights, resolve_bert_config, resolve_corpus
-
-    model_dir = model_dir.rstrip("/")
-    if not tf.io.gfile.exists(f"{model_dir}/config.json"):
-        raise ExportError(f"--model_dir {model_dir}: no config.json (not a launch.pretrain run)")
-    with tf.io.gfile.GFile(f"{model_dir}/config.json") as f:
-        config = TrainConfig(**json.load(f))
-    path = checkpoint or tf.train.latest_checkpoint(f"{model_dir}/checkpoints")
-    if path is None:
-        raise ExportError(f"--model_dir {model_dir}: no checkpoint yet in {model_dir}/checkpoints")
-    corpus = resolve_corpus(config.data)
-    bert = resolve_bert_config(config, corpus)
-    model = build_pretraining_model(bert, corpus.seq_len, corpus.max_predictions, corpus.next_sentence)
+    """(model, bert, manifest, config, checkpoint path) of a run: its config.json and
+    bert_config.json, its corpus's manifest, and the weights of its newest checkpoint (or
+    `checkpoint`)."""
+    run_dir = RunDir(model_dir)
+    config = run_dir.read_config()
+    bert = run_dir.read_bert_config()
+    path = checkpoint or run_dir.latest_checkpoint()
+    manifest = read_manifest(config.data)
+    model = build_pretraining_model(bert, manifest.seq_len, manifest.max_predictions, manifest.pairs)
     try:
         read_weights(model, path)
-    except ValueError as e:
-        raise ExportError(f"--checkpoint {path}: does not fit this run's model ({e})") from None
-    return model, bert, corpus, config, path
+    except CheckpointError as e:
+        raise ExportError(f"--checkpoint {e}") from None
+    return model, bert, manifest, config, path
 
 
 def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = None) -> str:
     """Writes the run's checkpoint to `output` in `fmt`; returns a line saying what was written."""
-    from launch.google_checkpoint import google_config_json, save_google_checkpoint
-    from launch.hf_checkpoint import save_hf
-    from pipeline.vocab import from_manifest
-
-    model, bert, corpus, config, path = restore(model_dir, checkpoint)
+    model, bert, manifest, config, path = restore(model_dir, checkpoint)
     output = output.rstrip("/")
-    vocab_file = from_manifest(corpus.folder, corpus.manifest["vocab"])
+    if fmt == "keras":
+        export(model, bert=bert, manifest=manifest, config=config, folder=output)
+        return f"exported {path} ({fmt}) to {output}"
+    vocab_file = VocabFile.of_corpus(manifest)
     if fmt == "hf":
         save_hf(model, bert, vocab_file, output)
-    elif fmt == "google":
+    else:
         config_json = google_config_json(bert)
         save_google_checkpoint(model, f"{output}/bert_model.ckpt")
-        with tf.io.gfile.GFile(f"{output}/bert_config.json", "w") as f:
-            f.write(config_json)
+        write_atomically(f"{output}/bert_config.json", config_json)
         if bert.hidden_act == "gelu":
             print(
                 "note: trained with exact (erf) GELU; google-research/bert computes the tanh form",
                 file=sys.stderr,
             )
-        with tf.io.gfile.GFile(f"{output}/{vocab_file.file_name}", "wb") as f:
-            f.write(vocab_file.data)
-    else:
-        export(model, bert=bert, corpus=corpus, config=config, folder=output)
+        write_atomically(f"{output}/{vocab_file.file_name}", vocab_file.data)
     return f"exported {path} ({fmt}) to {output}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from launch.google_checkpoint import GoogleCheckpointError
-    from launch.hf_checkpoint import HFCheckpointError
-    from launch.train import TrainError
-    from pipeline.schema import ManifestError
+def parser() -> Parser:
+    p = Parser(prog="python -m launch.export", description=__doc__.splitlines()[0])
+    p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--output", required=True, help="folder to write (local or gs://)")
+    p.add_argument("--checkpoint", default=None, help="a checkpoint prefix (default: the newest)")
+    return p
 
-    parser = argparse.ArgumentParser(prog="python -m launch.export", description=__doc__.splitlines()[0])
-    parser.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
-    parser.add_argument("--format", required=True, choices=FORMATS)
-    parser.add_argument("--output", required=True, help="folder to write (local or gs://)")
-    parser.add_argument("--checkpoint", default=None, help="a checkpoint prefix (default: the newest)")
-    args = parser.parse_args(argv)
-    try:
-        print(export_as(args.format, args.model_dir, args.output, args.checkpoint))
-    except (ExportError, TrainError, ManifestError, HFCheckpointError, GoogleCheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+def _export(argv: list[str] | None) -> None:
+    args = parser().parse_args(argv)
+    print(export_as(args.format, args.model_dir, args.output, args.checkpoint))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_export, argv)
 
 
 if __name__ == "__main__":

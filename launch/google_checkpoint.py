@@ -19,73 +19,72 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from model.bert import count_blocks
+from common.errors import BertbeamError
+from model.bert import count_blocks, weights_by_path
 from model.config import BertConfig
 
 
-class GoogleCheckpointError(ValueError):
+class GoogleCheckpointError(BertbeamError):
     """The checkpoint does not fit the model; one line naming the variable."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Mapping:
+class MappedVariable:
+    """One variable under both names; Hugging Face's names derive from Google's (hf_checkpoint)."""
+
     google: str  # the tensor's name in Google's checkpoint
     ours: str  # the Keras variable path in bertbeam's pretraining model
     transpose: bool = False  # Google stores it transposed (the NSP output weights)
 
 
-def mappings(model: keras.Model) -> list[Mapping]:
+def mappings(model: keras.Model) -> list[MappedVariable]:
     """Every variable of `model` with its Google name; the pooler and NSP head only if present."""
     names = {layer.name for layer in model.layers}
     rows = [
-        Mapping("bert/embeddings/word_embeddings", "token_embedding/embeddings"),
-        Mapping("bert/embeddings/token_type_embeddings", "segment_embedding/embeddings"),
-        Mapping("bert/embeddings/position_embeddings", "position_embedding/embeddings"),
-        Mapping("bert/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
-        Mapping("bert/embeddings/LayerNorm/beta", "embedding_norm/beta"),
+        MappedVariable("bert/embeddings/word_embeddings", "token_embedding/embeddings"),
+        MappedVariable("bert/embeddings/token_type_embeddings", "segment_embedding/embeddings"),
+        MappedVariable("bert/embeddings/position_embeddings", "position_embedding/embeddings"),
+        MappedVariable("bert/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
+        MappedVariable("bert/embeddings/LayerNorm/beta", "embedding_norm/beta"),
     ]
     for i in range(count_blocks(names)):
         g, o = f"bert/encoder/layer_{i}", f"transformer_{i}"
         for part in ("query", "key", "value"):
             for w in ("kernel", "bias"):
-                rows.append(Mapping(f"{g}/attention/self/{part}/{w}", f"{o}/attention/{part}/{w}"))
+                rows.append(MappedVariable(f"{g}/attention/self/{part}/{w}", f"{o}/attention/{part}/{w}"))
         rows += [
-            Mapping(f"{g}/attention/output/dense/kernel", f"{o}/attention/attention_output/kernel"),
-            Mapping(f"{g}/attention/output/dense/bias", f"{o}/attention/attention_output/bias"),
-            Mapping(f"{g}/attention/output/LayerNorm/gamma", f"{o}/attention_norm/gamma"),
-            Mapping(f"{g}/attention/output/LayerNorm/beta", f"{o}/attention_norm/beta"),
-            Mapping(f"{g}/intermediate/dense/kernel", f"{o}/intermediate/kernel"),
-            Mapping(f"{g}/intermediate/dense/bias", f"{o}/intermediate/bias"),
-            Mapping(f"{g}/output/dense/kernel", f"{o}/output/kernel"),
-            Mapping(f"{g}/output/dense/bias", f"{o}/output/bias"),
-            Mapping(f"{g}/output/LayerNorm/gamma", f"{o}/output_norm/gamma"),
-            Mapping(f"{g}/output/LayerNorm/beta", f"{o}/output_norm/beta"),
+            MappedVariable(f"{g}/attention/output/dense/kernel", f"{o}/attention/attention_output/kernel"),
+            MappedVariable(f"{g}/attention/output/dense/bias", f"{o}/attention/attention_output/bias"),
+            MappedVariable(f"{g}/attention/output/LayerNorm/gamma", f"{o}/attention_norm/gamma"),
+            MappedVariable(f"{g}/attention/output/LayerNorm/beta", f"{o}/attention_norm/beta"),
+            MappedVariable(f"{g}/intermediate/dense/kernel", f"{o}/intermediate/kernel"),
+            MappedVariable(f"{g}/intermediate/dense/bias", f"{o}/intermediate/bias"),
+            MappedVariable(f"{g}/output/dense/kernel", f"{o}/output/kernel"),
+            MappedVariable(f"{g}/output/dense/bias", f"{o}/output/bias"),
+            MappedVariable(f"{g}/output/LayerNorm/gamma", f"{o}/output_norm/gamma"),
+            MappedVariable(f"{g}/output/LayerNorm/beta", f"{o}/output_norm/beta"),
         ]
     rows += [
-        Mapping("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
-        Mapping("cls/predictions/transform/dense/bias", "mlm_transform/bias"),
-        Mapping("cls/predictions/transform/LayerNorm/gamma", "mlm_norm/gamma"),
-        Mapping("cls/predictions/transform/LayerNorm/beta", "mlm_norm/beta"),
-        Mapping("cls/predictions/output_bias", "mlm_bias/bias"),
+        MappedVariable("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
+        MappedVariable("cls/predictions/transform/dense/bias", "mlm_transform/bias"),
+        MappedVariable("cls/predictions/transform/LayerNorm/gamma", "mlm_norm/gamma"),
+        MappedVariable("cls/predictions/transform/LayerNorm/beta", "mlm_norm/beta"),
+        MappedVariable("cls/predictions/output_bias", "mlm_bias/bias"),
     ]
     if "pooler" in names:
         rows += [
-            Mapping("bert/pooler/dense/kernel", "pooler/kernel"),
-            Mapping("bert/pooler/dense/bias", "pooler/bias"),
+            MappedVariable("bert/pooler/dense/kernel", "pooler/kernel"),
+            MappedVariable("bert/pooler/dense/bias", "pooler/bias"),
         ]
     if "nsp_logits" in names:
         rows += [
-            Mapping("cls/seq_relationship/output_weights", "nsp_logits/kernel", transpose=True),
-            Mapping("cls/seq_relationship/output_bias", "nsp_logits/bias"),
+            MappedVariable("cls/seq_relationship/output_weights", "nsp_logits/kernel", transpose=True),
+            MappedVariable("cls/seq_relationship/output_bias", "nsp_logits/bias"),
         ]
     return rows
 
 
-def _weights(model: keras.Model) -> dict:
-    return {w.path: w for w in model.weights}
-
-
-def _google_layout(mapping: Mapping, value: np.ndarray) -> np.ndarray:
+def to_google_layout(mapping: MappedVariable, value: np.ndarray) -> np.ndarray:
     """Ours -> Google's: query/key/value kernels (H, heads, size) -> (H, H), the attention output
     kernel (heads, size, H) -> (H, H), attention biases (heads, size) -> (H,); the NSP weights
     transposed. All C-order reshapes: column h * size + d of Google's matrix is head h, unit d."""
@@ -100,7 +99,8 @@ def _google_layout(mapping: Mapping, value: np.ndarray) -> np.ndarray:
     return value
 
 
-def _to_ours(value: np.ndarray, mapping: Mapping, shape: tuple[int, ...]) -> np.ndarray:
+def from_google_layout(value: np.ndarray, mapping: MappedVariable, shape: tuple[int, ...]) -> np.ndarray:
+    """Google's layout -> ours, `shape` being our variable's."""
     return (value.T if mapping.transpose else value).reshape(shape)
 
 
@@ -109,7 +109,7 @@ def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
     size does not fit is a one-line error, before anything is assigned."""
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
-    weights = _weights(model)
+    weights = weights_by_path(model)
     values = {}
     for mapping in mappings(model):
         if mapping.google not in shapes:
@@ -120,7 +120,7 @@ def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
             raise GoogleCheckpointError(
                 f"{prefix}: {mapping.google} has shape {found}, the model's {mapping.ours} needs {want}"
             )
-        values[mapping.ours] = _to_ours(reader.get_tensor(mapping.google), mapping, want)
+        values[mapping.ours] = from_google_layout(reader.get_tensor(mapping.google), mapping, want)
     for path, value in values.items():
         weights[path].assign(value)
 
@@ -128,10 +128,11 @@ def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
 def save_google_checkpoint(model: keras.Model, prefix: str) -> None:
     """Writes the model's variables under Google's names and layouts (a V2 checkpoint whose keys
     are those names, so `tf.train.load_variable(prefix, name)` and google-research/bert read it)."""
-    weights = _weights(model)
+    weights = weights_by_path(model)
     rows = mappings(model)
     tensors = [
-        tf.constant(_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours])))) for m in rows
+        tf.constant(to_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours]))))
+        for m in rows
     ]
     if "/" in prefix:
         tf.io.gfile.makedirs(prefix.rsplit("/", 1)[0])

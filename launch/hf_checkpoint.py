@@ -22,7 +22,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from launch.google_checkpoint import Mapping, _google_layout, _to_ours, bert_config_from, mappings
+from common.errors import BertbeamError
+from launch.google_checkpoint import (
+    MappedVariable,
+    bert_config_from,
+    from_google_layout,
+    mappings,
+    to_google_layout,
+)
+from model.bert import weights_by_path
 from model.config import BertConfig
 from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
 
@@ -37,7 +45,7 @@ TOKENIZER_CLASS = {"wordpiece": "BertTokenizer", "sentencepiece": "PreTrainedTok
 MASKED_LM_ONLY = ("bert/pooler/", "cls/seq_relationship/")  # not part of BertForMaskedLM
 
 
-class HFCheckpointError(ValueError):
+class HFCheckpointError(BertbeamError):
     """The Hugging Face checkpoint does not fit; one line naming the file and tensor."""
 
 
@@ -58,7 +66,7 @@ def hf_name(google: str) -> str:
     return ".".join(parts)
 
 
-def _is_kernel(mapping: Mapping) -> bool:
+def _is_kernel(mapping: MappedVariable) -> bool:
     return mapping.google.endswith("/kernel")
 
 
@@ -94,12 +102,12 @@ def hf_config(bert: BertConfig, pad_token_id: int) -> dict:
 
 def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
     """BertForMaskedLM's state dict, from the model's variables (float32, C-contiguous)."""
-    weights = {w.path: w for w in model.weights}
+    weights = weights_by_path(model)
     out = {}
     for m in mappings(model):
         if m.google.startswith(MASKED_LM_ONLY):
             continue
-        value = _google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours]), np.float32))
+        value = to_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours]), np.float32))
         out[hf_name(m.google)] = np.ascontiguousarray(value.T if _is_kernel(m) else value)
     return out
 
@@ -188,7 +196,8 @@ def _unigram_from_sentencepiece(vocab: SentencePieceVocab):
 
 def _model_proto_class():
     """The fields of sentencepiece's ModelProto we read, declared for protobuf to parse (others
-    are skipped). sentencepiece's own generated module needs protobuf >= 7, TF 2.21 pins 6."""
+    are skipped). sentencepiece 0.2.3's own generated module needs protobuf >= 7 and TF 2.21 pins
+    6; once TensorFlow allows 7, `sentencepiece.sentencepiece_model_pb2.ModelProto` replaces this."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     optional, repeated = 1, 3
@@ -256,7 +265,7 @@ def load_hf_checkpoint(model: keras.Model, folder: str) -> list[str]:
         raise HFCheckpointError(f"{folder}: no {WEIGHTS} (a Hugging Face save_pretrained folder)")
     with tf.io.gfile.GFile(path, "rb") as f:
         tensors = load(f.read())
-    weights = {w.path: w for w in model.weights}
+    weights = weights_by_path(model)
     values, fresh = {}, []
     for m in mappings(model):
         name = hf_name(m.google)
@@ -269,13 +278,13 @@ def load_hf_checkpoint(model: keras.Model, folder: str) -> list[str]:
         value = tensors[found].astype(np.float32)
         value = value.T if _is_kernel(m) else value
         want = tuple(weights[m.ours].shape)
-        expected = _google_layout(m, np.zeros(want, np.float32)).shape
+        expected = to_google_layout(m, np.zeros(want, np.float32)).shape
         if value.shape != expected:
             raise HFCheckpointError(
                 f"{path}: {found} has shape {tensors[found].shape}, the model's {m.ours} needs "
                 f"{expected[::-1] if _is_kernel(m) else expected}"
             )
-        values[m.ours] = _to_ours(value, m, want)
+        values[m.ours] = from_google_layout(value, m, want)
     for ours, value in values.items():
         weights[ours].assign(value)
     return fresh

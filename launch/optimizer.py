@@ -62,9 +62,11 @@ def build_optimizer(
 ) -> keras.optimizers.Optimizer:
     """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling).
 
-    Steps are optimizer updates. Keras 3.15 evaluates a schedule at the batch counter, which with
+    Steps are optimizer updates. Keras (3.15) evaluates a schedule at its batch counter
+    (`BaseOptimizer._get_current_learning_rate` passes `_iterations`, not `iterations`), which with
     gradient accumulation runs grad_accum_steps times faster than updates; the schedule divides it
-    back, so all batches of one update share one learning rate.
+    back, so all batches of one update share one learning rate. Drop `batches_per_update` once
+    Keras passes the update counter (`iterations`) instead.
     """
     schedule = WarmupLinearDecay(
         learning_rate,

@@ -15,16 +15,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from launch.config import ConfigError, TrainConfig
-    from launch.strategy import StrategyError
-    from launch.train import InputError, TrainError, train
-    from pipeline.schema import ManifestError
+    from common.cli import run_cli
 
-    try:
-        summary = train(TrainConfig.from_args(argv))
-    except (ConfigError, StrategyError, TrainError, InputError, ManifestError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_cli(_pretrain, argv)
+
+
+def _pretrain(argv: list[str] | None) -> None:
+    from launch.config import TrainConfig
+    from launch.train import train
+
+    summary = train(TrainConfig.from_args(argv))
     print(json.dumps(summary, indent=2, sort_keys=True))
     model_dir = summary["model_dir"]
     print_progress(model_dir, summary)
@@ -32,14 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         f"done: checkpoints {model_dir}/checkpoints, TensorBoard logs {model_dir}/logs, eval "
         f"{model_dir}/eval.json, loss curve {model_dir}/loss.png, export {model_dir}/export"
     )
-    return 0
 
 
 def print_progress(model_dir: str, summary: dict) -> None:
     """What the run learned: masked-LM accuracy at the first log line and in the final evaluation."""
-    from launch.train import read_history
+    from launch.logs import read_history
+    from launch.run_dir import RunDir
 
-    rows = read_history(model_dir)
+    rows = read_history(RunDir(model_dir))
     final = summary.get("eval", {}).get("mlm_accuracy")
     if rows and final is not None:
         first = rows[0]

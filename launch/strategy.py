@@ -1,4 +1,5 @@
-"""The one place that branches on hardware: `choose_strategy`.
+"""The one place that branches on hardware: `choose_strategy`, and what the hardware asks of a run
+(`batch_sizes`: the global batch splits over the replicas; `check_tpu_paths`: gs:// only).
 
 TPU: cluster resolver -> connect -> initialise -> TPUStrategy. GPU: MirroredStrategy over the
 visible GPUs. multi_worker: MultiWorkerMirroredStrategy from TF_CONFIG. CPU: the default strategy.
@@ -9,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 import tensorflow as tf
+
+from common.errors import BertbeamError
 
 KINDS = ("auto", "cpu", "gpu", "tpu", "multi_worker")
 
 
-class StrategyError(RuntimeError):
-    """The requested hardware is not there; the message is one line saying what to change."""
+class StrategyError(BertbeamError):
+    """The requested hardware is not there, or the run does not fit it; one line saying what to
+    change."""
 
 
 def choose_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.Strategy:
@@ -62,3 +67,32 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
     except (ValueError, KeyError, TypeError) as e:
         raise StrategyError(f"--strategy multi_worker: TF_CONFIG is not a valid cluster spec ({e})") from None
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def batch_sizes(
+    strategy: tf.distribute.Strategy, *, global_batch_size: int, per_replica_batch_size: int = 0
+) -> tuple[int, int]:
+    """(global, per replica) examples per batch: a per-replica size if given, else the global
+    batch, which must split evenly over the replicas."""
+    replicas = strategy.num_replicas_in_sync
+    if per_replica_batch_size:
+        return per_replica_batch_size * replicas, per_replica_batch_size
+    if global_batch_size % replicas:
+        raise StrategyError(
+            f"--global_batch_size {global_batch_size} does not divide over {replicas} replicas; "
+            f"use a multiple of {replicas} or --per_replica_batch_size"
+        )
+    return global_batch_size, global_batch_size // replicas
+
+
+def check_tpu_paths(kind: str, strategy: tf.distribute.Strategy | None, paths: Mapping[str, str]) -> None:
+    """TPU workers read and write only through GCS: a local path would be the TPU host's disk.
+    Checked from the flags (`kind`) before a TPU is looked for, and again for the strategy found.
+    `paths`: flag name -> path."""
+    if kind == "tpu" or isinstance(strategy, tf.distribute.TPUStrategy):
+        for flag, path in paths.items():
+            if not path.startswith("gs://"):
+                raise StrategyError(
+                    f"--{flag} {path}: a TPU reads and writes only gs:// paths; "
+                    "copy the corpus to a bucket and pass gs://BUCKET/..."
+                )

@@ -26,8 +26,12 @@ def gelu_approximate(x):
 ACTIVATIONS = {"gelu": keras.activations.gelu, "gelu_approximate": gelu_approximate}
 
 
-def _init(config: BertConfig):
-    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+def _init(stddev: float):
+    """A new initializer for each weight. An unseeded Keras 3 initializer fixes its seed when it is
+    created, so one object handed to two layers draws the same numbers for both (the segment
+    embedding was the token embedding's first rows); Keras's MultiHeadAttention clones its own
+    initializer per sublayer for the same reason."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
 # === Layers ===
@@ -46,7 +50,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.max_position, input_shape[-1]),
-            initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range),
+            initializer=_init(self.initializer_range),
         )
 
     def call(self, x):
@@ -67,6 +71,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(
         self,
+        *,
         hidden_size: int,
         num_heads: int,
         intermediate_size: int,
@@ -78,7 +83,6 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.hidden_act = hidden_act
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.intermediate_size = intermediate_size
@@ -86,9 +90,15 @@ class TransformerBlock(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
         self.pre_layer_norm = pre_layer_norm
-        init = keras.initializers.TruncatedNormal(stddev=initializer_range)
+        self.hidden_act = hidden_act
+
+        # === Layers ===
         self.attention = keras.layers.MultiHeadAttention(
-            num_heads, hidden_size // num_heads, dropout=dropout, kernel_initializer=init, name="attention"
+            num_heads,
+            hidden_size // num_heads,
+            dropout=dropout,
+            kernel_initializer=_init(initializer_range),
+            name="attention",
         )
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm"
@@ -97,10 +107,12 @@ class TransformerBlock(keras.layers.Layer):
         self.intermediate = keras.layers.Dense(
             intermediate_size,
             activation=ACTIVATIONS[hidden_act],
-            kernel_initializer=init,
+            kernel_initializer=_init(initializer_range),
             name="intermediate",
         )
-        self.output_dense = keras.layers.Dense(hidden_size, kernel_initializer=init, name="output")
+        self.output_dense = keras.layers.Dense(
+            hidden_size, kernel_initializer=_init(initializer_range), name="output"
+        )
         self.output_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="output_norm")
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
 
@@ -149,9 +161,11 @@ class TransformerBlock(keras.layers.Layer):
 class OneHotEmbedding(keras.layers.Embedding):
     """keras.layers.Embedding, looked up as a one-hot matmul: for a small table (the 2 segment
     ids) that is as fast, and its gradient is dense. A gather's gradient is an IndexedSlices with
-    one slice per token, and Keras 3.15's Adam squares such slices before summing duplicates, so
-    the second moment of a row every token hits (segment 0) comes out as a sum of squares instead
-    of a square of sums. google-research/bert also used one-hot here, for speed."""
+    one slice per token; Keras 3 optimizers apply such a gradient slice by slice (since
+    keras-team/keras#18692), so Adam squares each slice before duplicate rows are summed, and the
+    second moment of a row every token hits (segment 0) comes out as a sum of squares instead of a
+    square of sums (seen with Keras 3.15). Should Keras sum duplicates first, the one-hot can stay
+    for speed: google-research/bert looked segments up the same way."""
 
     def call(self, inputs):
         one_hot = ops.one_hot(inputs, self.input_dim, dtype=self.compute_dtype)  # (B, T, types)
@@ -198,31 +212,35 @@ def encoder_inputs(seq_len: int) -> dict:
 
 def encoder_layers(config: BertConfig) -> dict:
     """The encoder's layers, by the names checkpoints and `encoder_from` know them by."""
-    init = _init(config)
-    layers = {
+    stddev = config.initializer_range
+    return {
         "token_embedding": keras.layers.ReversibleEmbedding(
-            config.vocab_size, config.hidden_size, embeddings_initializer=init, name="token_embedding"
+            config.vocab_size,
+            config.hidden_size,
+            embeddings_initializer=_init(stddev),
+            name="token_embedding",
         ),
         "segment_embedding": OneHotEmbedding(
-            config.type_vocab_size, config.hidden_size, embeddings_initializer=init, name="segment_embedding"
+            config.type_vocab_size,
+            config.hidden_size,
+            embeddings_initializer=_init(stddev),
+            name="segment_embedding",
         ),
-        "position_embedding": PositionEmbedding(
-            config.max_position, config.initializer_range, name="position_embedding"
-        ),
+        "position_embedding": PositionEmbedding(config.max_position, stddev, name="position_embedding"),
         "embedding_norm": keras.layers.LayerNormalization(
             epsilon=config.layer_norm_epsilon, name="embedding_norm"
         ),
         "embedding_dropout": keras.layers.Dropout(config.dropout, name="embedding_dropout"),
         "blocks": [
             TransformerBlock(
-                config.hidden_size,
-                config.num_heads,
-                config.intermediate_size,
-                config.dropout,
-                config.initializer_range,
-                config.layer_norm_epsilon,
-                config.pre_layer_norm,
-                config.hidden_act,
+                hidden_size=config.hidden_size,
+                num_heads=config.num_heads,
+                intermediate_size=config.intermediate_size,
+                dropout=config.dropout,
+                initializer_range=stddev,
+                layer_norm_epsilon=config.layer_norm_epsilon,
+                pre_layer_norm=config.pre_layer_norm,
+                hidden_act=config.hidden_act,
                 name=f"transformer_{i}",
             )
             for i in range(config.num_layers)
@@ -231,7 +249,6 @@ def encoder_layers(config: BertConfig) -> dict:
         if config.pre_layer_norm
         else None,
     }
-    return layers
 
 
 def _embed(layers: dict, inputs: dict):
@@ -277,7 +294,7 @@ def build_pretraining_model(
     h = keras.layers.Dense(
         config.hidden_size,
         activation=ACTIVATIONS[config.hidden_act],
-        kernel_initializer=_init(config),
+        kernel_initializer=_init(config.initializer_range),
         name="mlm_transform",
     )(encoded[:, 1:, :])
     h = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="mlm_norm")(h)
@@ -286,9 +303,12 @@ def build_pretraining_model(
     outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)}
     if next_sentence:
         pooler = keras.layers.Dense(
-            config.hidden_size, activation="tanh", kernel_initializer=_init(config), name="pooler"
+            config.hidden_size,
+            activation="tanh",
+            kernel_initializer=_init(config.initializer_range),
+            name="pooler",
         )
-        nsp = keras.layers.Dense(2, kernel_initializer=_init(config), name="nsp_logits")(
+        nsp = keras.layers.Dense(2, kernel_initializer=_init(config.initializer_range), name="nsp_logits")(
             pooler(encoded[:, 0, :])
         )
         outputs["nsp"] = keras.layers.Activation("linear", dtype="float32", name="nsp")(nsp)
@@ -326,6 +346,12 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
         "pooled_output": pooler(sequence[:, 0, :]),
     }
     return keras.Model(inputs, outputs, name="bert_encoder")
+
+
+def weights_by_path(model: keras.Model) -> dict[str, keras.Variable]:
+    """The model's weights by their Keras path (`transformer_0/intermediate/kernel`): stable,
+    since every layer is named; what checkpoints and the Google / Hugging Face mappings key on."""
+    return {w.path: w for w in model.weights}
 
 
 def count_blocks(names: set[str]) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from common.errors import ConfigError, need
+
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
@@ -24,12 +26,10 @@ class BertConfig:
     )
 
     def __post_init__(self):
-        if self.hidden_act not in ("gelu", "gelu_approximate"):
-            raise ValueError(f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}"
-            )
+        need(
+            self.hidden_act in ("gelu", "gelu_approximate"),
+            f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}",
+        )
         for name in (
             "vocab_size",
             "hidden_size",
@@ -38,13 +38,15 @@ class BertConfig:
             "intermediate_size",
             "max_position",
         ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, found {getattr(self, name)}")
+            need(getattr(self, name) >= 1, f"{name}: expected >= 1, found {getattr(self, name)}")
+        need(
+            self.hidden_size % self.num_heads == 0,
+            f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}",
+        )
 
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        need(name in PRESETS, f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
         layers, hidden, heads = PRESETS[name]
         return cls(
             vocab_size=vocab_size,
@@ -60,11 +62,13 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, text: str) -> BertConfig:
-        values = json.loads(text)
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"BertConfig JSON: not valid JSON ({e.msg} at line {e.lineno})") from None
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"BertConfig JSON: unknown fields {sorted(unknown)}")
+        need(not set(values) - known, f"BertConfig JSON: unknown fields {sorted(set(values) - known)}")
+        need("vocab_size" in values, "BertConfig JSON: vocab_size is required")
         return cls(**values)
 
 

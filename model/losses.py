@@ -35,6 +35,14 @@ class MaskedLMLoss(keras.losses.Loss):
 
 
 def _sum_over_replicas(value):
+    """`value` summed over the replicas of the current step.
+
+    The one place model/ touches tf.distribute, on purpose: the global-batch normalisation is a
+    property of the loss, and a loss is where Keras itself consults the strategy (its own losses
+    divide by `num_replicas_in_sync` in keras/src/losses/loss.py, scale_loss_for_distribution).
+    Moving it to launch/ would need a custom train_step or a second loss class for the same
+    arithmetic. Outside a replica context, on one replica, or on another backend, it is `value`.
+    """
     if keras.backend.backend() != "tensorflow":  # JAX/torch: no tf.distribute replicas to sum over
         return value
     import tensorflow as tf

@@ -1,53 +1,82 @@
-"""`CorpusConfig`: every parameter of a corpus build, validated once, written into the manifest."""
+"""`CorpusConfig`: every parameter of a corpus build, validated once, written into the manifest.
+
+Each field's help is its flag's help in `python -m pipeline.build_corpus --help` (common/cli.py).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Literal
 
+from common.cli import field
+from common.errors import need
+
+
+def _patterns(value: str) -> tuple[str, ...]:
+    return tuple(p for p in value.split(",") if p)
+
+
+def _folder(value: str) -> str:
+    return value.rstrip("/")
+
 
 @dataclasses.dataclass(frozen=True)
 class CorpusConfig:
-    input_patterns: tuple[str, ...]  # file globs, local or gs://; .gz/.bz2 decompressed by extension
-    output_dir: str  # where shards, the vocab and manifest.json go (local or gs://)
-    format: Literal["text", "jsonl", "tfds"] = "text"  # text: a line per sentence, blank line ends a doc
-    doc_per_file: bool = False  # text: one document per file, blank lines are paragraph breaks
-    text_field: str = "text"  # jsonl / tfds: the field that holds a document's text
-    tfds_name: str | None = None  # tfds: dataset name (optionally name:version)
-    tfds_split: str = "train"  # tfds: split to read
-    tfds_data_dir: str | None = None  # tfds: where the prepared dataset lives
-    vocab: str | None = None  # an existing vocab with BERT's specials: sentencepiece .model or WordPiece .txt
-    do_lower_case: bool = False  # WordPiece vocab.txt: lower case and strip accents (uncased BERT)
-    vocab_size: int | None = None  # or: train a sentencepiece model of this size in the same run
-    vocab_model_type: Literal["unigram", "bpe"] = "unigram"  # sentencepiece algorithm when training
-    vocab_sample_sentences: int = 300_000  # sentences (smallest seeded hash) the vocab is trained on
-    seq_len: int = 128  # tokens per instance, [CLS] and [SEP]s included
-    max_predictions: int = 20  # masked positions stored per instance (static)
-    masked_lm_prob: float = 0.15  # fraction of non-special tokens to mask
-    whole_word_mask: bool = False  # mask all pieces of a word together
-    mode: Literal["full_sentences", "segment_pair"] = "full_sentences"  # packing vs A/B pairs
-    pair_task: Literal["nsp", "sop"] | None = None  # segment_pair: next-sentence or sentence-order
-    short_seq_prob: float = 0.1  # segment_pair: chance of a shorter target length (as BERT)
-    dupe_factor: int = 5  # times each document is re-masked (and re-packed) with a new seed
-    validation_fraction: float = 0.05  # share of documents (by content hash) held out
-    num_shards: int = 0  # train shards; 0 = one per records_per_shard estimated instances
-    num_validation_shards: int = 0  # validation shards; 0 = automatic as above
-    records_per_shard: int = 20_000  # target for automatic shard counts (bounds a shard's memory)
-    group_tokens: int = 1 << 19  # tokens per packing group: bounds a worker's memory per step
-    max_line_bytes: int = 1 << 20  # longer lines are cut into pieces of this size (and counted)
-    max_document_chars: int = 1 << 20  # longer documents are split (and counted)
-    on_bad_file: Literal["fail", "skip"] = "fail"  # unreadable or binary file: stop, or skip and count
-    seed: int = 12345  # every random choice derives from this and a content hash
+    input_patterns: tuple[str, ...] = field(
+        (), "GLOB[,GLOB...] of input files, local or gs://; .gz/.bz2 decompressed by extension",
+        flag="input", parse=_patterns, metavar="GLOB[,GLOB...]",
+    )  # fmt: skip
+    output_dir: str = field(None, "folder for the shards, vocab and manifest.json (local or gs://)",
+                            flag="output", parse=_folder, required=True)  # fmt: skip
+    format: Literal["text", "jsonl", "tfds"] = field(
+        "text", "text: a sentence or paragraph per line, blank line between documents; jsonl; tfds"
+    )
+    doc_per_file: bool = field(
+        False, "text: a whole file is one document (blank lines only separate paragraphs)"
+    )
+    text_field: str = field("text", "jsonl / tfds: the field that holds a document's text")
+    tfds_name: str | None = field(None, "tfds: dataset name (optionally name:version)")
+    tfds_split: str = field("train", "tfds: split to read")
+    tfds_data_dir: str | None = field(None, "tfds: where the prepared dataset lives")
+    vocab: str | None = field(
+        None, "an existing vocab with BERT's specials: a sentencepiece .model or Google's WordPiece vocab.txt"
+    )
+    do_lower_case: bool = field(False, "WordPiece vocab.txt: lower-case and strip accents (uncased BERT)")
+    vocab_size: int | None = field(None, "instead of --vocab: train a sentencepiece vocab of this size")
+    vocab_model_type: Literal["unigram", "bpe"] = field("unigram", "sentencepiece algorithm when training")
+    vocab_sample_sentences: int = field(
+        300_000, "sentences (those with the smallest seeded hash) the vocab is trained on"
+    )
+    seq_len: int = field(128, "tokens per instance, [CLS] and [SEP]s included")
+    max_predictions: int = field(20, "masked positions stored per instance (static)")
+    masked_lm_prob: float = field(0.15, "share of non-special tokens to mask")
+    whole_word_mask: bool = field(False, "mask all pieces of a word together")
+    mode: Literal["full_sentences", "segment_pair"] = field(
+        "full_sentences", "full_sentences: documents packed back to back (RoBERTa); segment_pair: A/B pairs"
+    )
+    pair_task: Literal["nsp", "sop"] | None = field(
+        None, "segment_pair: next-sentence or sentence-order prediction (flags --nsp / --sop)"
+    )
+    short_seq_prob: float = field(0.1, "segment_pair: chance of a shorter target length (as BERT)")
+    dupe_factor: int = field(5, "times the train split is re-packed and re-masked with new seeds")
+    validation_fraction: float = field(0.05, "share of documents (by content hash) held out for validation")
+    num_shards: int = field(0, "train shards; 0: one per --records_per_shard estimated records")
+    num_validation_shards: int = field(0, "validation shards; 0: automatic, as for train")
+    records_per_shard: int = field(20_000, "target for automatic shard counts (bounds a shard's memory)")
+    group_tokens: int = field(1 << 19, "tokens per packing group: bounds a worker's memory per step")
+    max_line_bytes: int = field(1 << 20, "longer lines are cut into pieces of this size (and counted)")
+    max_document_chars: int = field(1 << 20, "longer documents are split (and counted)")
+    on_bad_file: Literal["fail", "skip"] = field(
+        "fail", "a binary or unreadable file: stop with an error naming it, or skip it and count it"
+    )
+    seed: int = field(12345, "every random choice derives from this and a content hash")
 
     def __post_init__(self):
-        def need(ok: bool, message: str):
-            if not ok:
-                raise ValueError(message)
-
         need(
             self.format in ("text", "jsonl", "tfds"),
             f"--format: expected text|jsonl|tfds, found {self.format}",
         )
+        need(bool(self.output_dir), "--output: required (a folder, local or gs://)")
         if self.format == "tfds":
             need(bool(self.tfds_name), "--format tfds needs --tfds_name")
         else:
@@ -92,6 +121,7 @@ class CorpusConfig:
         )
         need(self.num_shards >= 0 and self.num_validation_shards >= 0, "--num_shards: expected >= 0")
         need(self.records_per_shard >= 1, "--records_per_shard: expected >= 1")
+        need(self.group_tokens >= 1, "--group_tokens: expected >= 1")
         need(self.max_line_bytes >= 16, "--max_line_bytes: expected >= 16")
         need(self.max_document_chars >= 16, "--max_document_chars: expected >= 16")
         need(

@@ -1,7 +1,7 @@
-"""The tf.data input function: corpus shards -> static-shape batches that `model.fit` consumes.
+"""The tf.data input function: a corpus split -> static-shape batches that `model.fit` consumes.
 
-    ds = make_dataset("out/corpus/train-*", manifest=read_manifest("out/corpus"),
-                      per_replica_batch_size=32, training=True, seed=1)
+    manifest = read_manifest("out/corpus")
+    ds = make_dataset(manifest, "train", InputConfig(per_replica_batch_size=32, seed=1))
 
 Elements are `(features, labels, sample_weights)`:
   features        input_ids, input_mask, segment_ids, document_ids (B, T); masked_lm_positions (B, P)
@@ -14,24 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf
 
+from common.errors import BertbeamError, need
 from pipeline import schema
+from pipeline.schema import Manifest
 
 FEATURE_INPUTS = ("input_ids", "input_mask", "segment_ids", "document_ids", "masked_lm_positions")
 
 
-class InputError(ValueError):
+class InputError(BertbeamError):
     """The data cannot feed this model; the message is one line naming the cause."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DynamicMasking:
-    """What drawing a fresh mask in the graph needs from the vocab (see `from_vocab_file`: a
-    sentencepiece .model or a WordPiece .txt)."""
+    """What drawing a fresh mask in the graph needs from the vocab: `for_corpus(manifest)` takes
+    the corpus's own vocab and masking settings, `from_vocab_file` any vocab file."""
 
     mask_id: int
     is_special: tuple[bool, ...]  # per token id: never masked, never drawn as a random token
@@ -39,12 +40,10 @@ class DynamicMasking:
     masked_lm_prob: float = 0.15
 
     @classmethod
-    def from_vocab_file(cls, path: str, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
+    def from_vocab(cls, vocab_file, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
         from pipeline.masking import MaskingTables
-        from pipeline.vocab import VocabFile, kind_of
 
-        with tf.io.gfile.GFile(path, "rb") as f:
-            tables = MaskingTables.from_vocab(VocabFile(kind_of(path), f.read()).load())
+        tables = MaskingTables.from_vocab(vocab_file.load())
         # A CJK piece is a word of its own, and so is the piece after one (as the corpus builder).
         starts = tables.starts_word | tables.is_cjk
         return cls(
@@ -54,163 +53,137 @@ class DynamicMasking:
             masked_lm_prob=masked_lm_prob,
         )
 
+    @classmethod
+    def from_vocab_file(cls, path: str, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
+        """A sentencepiece .model or a WordPiece .txt, by its name."""
+        from pipeline.vocab import VocabFile, kind_of
 
-def check_manifest_for(
-    manifest: Mapping,
-    *,
-    seq_len: int,
-    max_predictions: int,
-    vocab_sha256: str | None,
-    source: str = schema.MANIFEST_NAME,
-):
-    try:
-        schema.check_manifest(
-            manifest,
-            seq_len=seq_len,
-            max_predictions=max_predictions,
-            vocab_sha256=vocab_sha256,
-            source=source,
+        with tf.io.gfile.GFile(path, "rb") as f:
+            vocab_file = VocabFile(kind_of(path), f.read())
+        return cls.from_vocab(vocab_file, whole_word=whole_word, masked_lm_prob=masked_lm_prob)
+
+    @classmethod
+    def for_corpus(cls, manifest: Manifest) -> DynamicMasking:
+        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate."""
+        from pipeline.vocab import VocabFile
+
+        return cls.from_vocab(
+            VocabFile.of_corpus(manifest),
+            whole_word=manifest.whole_word_mask,
+            masked_lm_prob=manifest.masked_lm_prob,
         )
-    except schema.ManifestError as e:
-        raise InputError(str(e)) from None
 
 
-def list_files(file_pattern: str, input_context: tf.distribute.InputContext | None) -> list[str]:
-    """The shards this input pipeline reads: all of them, or its share on a pod / multi-worker."""
-    return share_of(_glob(file_pattern), input_context, file_pattern)
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """How one input pipeline reads a split (the manifest says what the records hold)."""
+
+    per_replica_batch_size: int  # examples per batch of this pipeline: one replica's share of a step
+    training: bool = True  # shuffled and repeated forever; False: every record once, in file order
+    seed: int = 0  # shard order, shuffles and dynamic masks all derive from it
+    dynamic_masking: DynamicMasking | None = None  # a fresh mask per read (RoBERTa), else the stored one
+    shuffle_buffer: int = 10_000  # records shuffled across the interleaved shards
+    cycle_length: int = 8  # shards read at once
+
+    def __post_init__(self):
+        for name in ("per_replica_batch_size", "shuffle_buffer", "cycle_length"):
+            value = getattr(self, name)
+            need(value >= 1, f"InputConfig.{name}: expected >= 1, found {value}", InputError)
 
 
-def _glob(file_pattern: str) -> list[str]:
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise InputError(f"{file_pattern}: no files match")
-    return files
-
-
-def share_of(
-    files: list[str], input_context: tf.distribute.InputContext | None, file_pattern: str
+def shard_files(
+    manifest: Manifest, split: str, input_context: tf.distribute.InputContext | None = None
 ) -> list[str]:
+    """The shards of `split` this input pipeline reads: all of them, or its share on a pod or
+    across workers (every `num_input_pipelines`-th, from its id)."""
+    files = manifest.files(split)
+    if not files:
+        raise InputError(f"{manifest.path}: the {split} split has no shards; rebuild with a larger corpus")
     if input_context is None or input_context.num_input_pipelines == 1:
         return files
     n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
     if len(files) < n:
         raise InputError(
-            f"{file_pattern}: {len(files)} shards for {n} input pipelines; rebuild with --num_shards >= {n}"
+            f"{manifest.folder}/{split}-*: {len(files)} shards for {n} input pipelines; "
+            f"rebuild with --num_shards >= {n}"
         )
     return files[i::n]
 
 
-def check_shards(all_files: list[str], own_files: list[str], manifest: Mapping) -> None:
-    """The shards against the manifest, before the first step: a missing shard (from the listing)
-    or a truncated or replaced one (its size; only this pipeline's share is stat-ed) is named. A
-    corrupt byte inside a shard shows only on read: see `naming_bad_shards`."""
-    listed = {path.rsplit("/", 1)[-1] for path in all_files}
-    folder = all_files[0].rsplit("/", 1)[0]
-    expected = {}
-    for split, info in manifest.get("splits", {}).items():
-        if any(name.startswith(f"{split}-") for name in listed):
-            records = sum(shard.get("records", 0) for shard in info.get("shards", []))
-            if records != info.get("instances", records):
-                raise InputError(
-                    f"{folder}/{schema.MANIFEST_NAME}: {split} has {info['instances']} instances but its "
-                    f"shards list {records} records; the manifest was edited or mixed up, rebuild the corpus"
-                )
-            for shard in info.get("shards", []):
-                if shard["file"] not in listed:
-                    raise InputError(
-                        f"{folder}/{shard['file']}: in the manifest but missing; rebuild the corpus"
-                    )
-                expected[shard["file"]] = shard.get("bytes")
+def check_shards(manifest: Manifest, split: str, own_files: list[str]) -> None:
+    """The shards against the manifest, before the first step: a missing shard (one listing of the
+    folder) or a truncated or replaced one (its size; only this pipeline's share is stat-ed) is
+    named. A corrupt byte inside a shard shows only on read: see `naming_bad_shards`."""
+    shards = manifest.split(split).shards
+    listed = {path.rsplit("/", 1)[-1] for path in tf.io.gfile.glob(f"{manifest.folder}/{split}-*")}
+    for shard in shards:
+        if shard.file not in listed:
+            raise InputError(
+                f"{manifest.folder}/{shard.file}: in the manifest but missing; rebuild the corpus"
+            )
+    sizes = {shard.file: shard.bytes for shard in shards}
     for path in own_files:
-        want = expected.get(path.rsplit("/", 1)[-1])
-        if want is not None and (found := tf.io.gfile.stat(path).length) != want:
+        want = sizes[path.rsplit("/", 1)[-1]]
+        if (found := tf.io.gfile.stat(path).length) != want:
             raise InputError(
                 f"{path}: {found} bytes, the manifest says {want}; truncated or replaced, rebuild the corpus"
             )
 
 
 def make_dataset(
-    file_pattern: str,
+    manifest: Manifest,
+    split: str,
+    config: InputConfig,
     *,
-    manifest: Mapping,
-    per_replica_batch_size: int,
-    training: bool,
-    seed: int,
     input_context: tf.distribute.InputContext | None = None,
-    dynamic_masking: bool | DynamicMasking = False,
-    expected_seq_len: int | None = None,
-    expected_max_predictions: int | None = None,
-    expected_vocab_sha256: str | None = None,
-    shuffle_buffer: int = 10_000,
-    cycle_length: int = 8,
     skip_batches: int = 0,
     on_batch=None,
 ) -> tf.data.Dataset:
-    """A dataset of static-shape batches for `model.fit`; see the module docstring.
+    """A dataset of static-shape batches of `split` for `model.fit`; see the module docstring.
 
-    The manifest is checked first (schema version, seq_len, max_predictions, vocab hash), so a
-    mismatch is a one-line `InputError`, not a parse failure in the first step. Deterministic for
-    a given seed; its iterator can be saved with `tf.train.Checkpoint(iterator=...)`.
-
-    `dynamic_masking=True` draws a fresh mask per read with the corpus's own vocab (the manifest's
-    vocab file beside the shards), masked_lm_prob and whole-word setting; pass a `DynamicMasking`
-    to choose otherwise.
+    The shards are checked against the manifest first (missing, truncated or replaced: a one-line
+    `InputError`). Deterministic for a given seed; its iterator can be saved with
+    `tf.train.Checkpoint(iterator=...)`.
 
     `skip_batches` resumes the stream: the records of the first `skip_batches` batches are read and
     dropped before parsing, and what follows is exactly what an uninterrupted iterator would give
     (masks included: a dynamic mask is seeded by the batch's index in the stream).
     `on_batch(index, parsed_batch)`, if given, runs on every batch in order (a debugging trace).
     """
-    build = manifest.get("build", {})
-    seq_len = expected_seq_len or build.get("seq_len")
-    max_predictions = expected_max_predictions or build.get("max_predictions")
-    check_manifest_for(
-        manifest,
-        seq_len=seq_len,
-        max_predictions=max_predictions,
-        vocab_sha256=expected_vocab_sha256,
-        source=f"{file_pattern.rsplit('/', 1)[0]}/{schema.MANIFEST_NAME}",
-    )
-    pairs = build.get("mode") == "segment_pair"
-    all_files = _glob(file_pattern)  # one listing: on gs:// each glob is a request
-    files = share_of(all_files, input_context, file_pattern)
-    check_shards(all_files, files, manifest)
-    spec = schema.parsing_spec(seq_len, max_predictions)
-    if dynamic_masking is True:
-        dynamic_masking = DynamicMasking.from_vocab_file(
-            f"{file_pattern.rsplit('/', 1)[0]}/{manifest['vocab']['file']}",
-            whole_word=bool(build.get("whole_word_mask")),
-            masked_lm_prob=float(build.get("masked_lm_prob", 0.15)),
-        )
+    files = shard_files(manifest, split, input_context)
+    check_shards(manifest, split, files)
+    spec = schema.parsing_spec(manifest.seq_len, manifest.max_predictions)
+    seed, masking, batch_size = config.seed, config.dynamic_masking, config.per_replica_batch_size
 
     ds = tf.data.Dataset.from_tensor_slices(files)
-    if training:
+    if config.training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     ds = ds.interleave(
         _read_file,
-        cycle_length=min(cycle_length, len(files)),
+        cycle_length=min(config.cycle_length, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if config.training:
+        ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if skip_batches:
-        ds = ds.skip(skip_batches * per_replica_batch_size)  # raw records: nothing parsed or masked
+        ds = ds.skip(skip_batches * batch_size)  # raw records: nothing parsed or masked
     # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
     # error), hence drop_remainder=True.
-    ds = ds.batch(per_replica_batch_size, drop_remainder=True)
+    ds = ds.batch(batch_size, drop_remainder=True)
     ds = ds.map(
         lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     ds = ds.enumerate(start=skip_batches)  # each batch's index in the whole stream
-    if dynamic_masking:
+    if masking is not None:
         ds = ds.map(
-            lambda step, batch: (step, remask(batch, dynamic_masking, max_predictions, seed=(seed, step))),
+            lambda step, batch: (step, remask(batch, masking, manifest.max_predictions, seed=(seed, step))),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
     if on_batch is not None:
         ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
+    pairs = manifest.pairs
     ds = ds.map(
         lambda step, batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
@@ -337,7 +310,7 @@ def find_bad_shard(files: list[str]) -> tuple[str, str] | None:
 def naming_bad_shards(files: list[str]):
     """Turn tf.data's DataLossError, which gives only an offset, into an InputError naming the file.
 
-    with naming_bad_shards(list_files(pattern, None)):
+    with naming_bad_shards(manifest.files("train")):
         model.fit(dataset, ...)
     """
     try:

@@ -1,24 +1,32 @@
 """The data contract between the corpus builder and the input function, written once.
 
-One table of features (name -> dtype, length) drives the writer's `tf.train.Example`, the reader's
-`FixedLenFeature` spec and the manifest's feature list. Names and layout follow
-google-research/bert's `create_pretraining_data.py`, so our shards also feed its and TF Model
-Garden's trainers; `document_ids` is our one addition, which their readers simply ignore.
+One table of features (name -> dtype, length) drives the writer's `tf.train.Example`
+(`pipeline/tfexample.py`), the reader's `FixedLenFeature` spec and the manifest's feature list.
+Names and layout follow google-research/bert's `create_pretraining_data.py`, so our shards also
+feed its and TF Model Garden's trainers; `document_ids` is our one addition, which their readers
+simply ignore.
 
-The manifest (`manifest.json` beside the shards) carries the numbers a reader must check before the
-first step: schema version, seq_len, max_predictions and the vocab hash.
+`Manifest` is `manifest.json`, the file beside the shards, typed: what the build was asked to do,
+the vocab it tokenized with, what it read and skipped, and per split the shards with their record
+counts and sizes. Readers take their numbers (seq_len, max_predictions, pairs or not, the vocab)
+from its properties, never from its keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
+import typing
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
+from common.errors import BertbeamError
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from pipeline.config import CorpusConfig
+
+SCHEMA_VERSION = 1  # what this code writes
+READABLE_SCHEMA_VERSIONS = (1,)  # what it reads: a newer writer keeps older corpora readable
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "validation")
 
@@ -44,106 +52,9 @@ FEATURES: tuple[Feature, ...] = (
 FEATURE_NAMES = tuple(f.name for f in FEATURES)
 
 
-class ManifestError(ValueError):
-    """The shards on disk do not match what the caller expects."""
-
-
 def feature_lengths(seq_len: int, max_predictions: int) -> dict[str, int]:
     sizes = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}
     return {f.name: sizes[f.length] for f in FEATURES}
-
-
-def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Protobuf varint bytes of every value of an (N, L) non-negative int64 array.
-
-    Returns (data, lengths): each row's bytes back to back in `data`, and bytes per row.
-    """
-    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
-    dtype = np.uint32 if width <= 4 else np.uint64  # token ids fit 32 bits: half the traffic
-    v = values.astype(dtype)
-    n_bytes = np.ones(v.shape, np.uint8)
-    for k in range(1, width):
-        n_bytes += v >= dtype(1) << dtype(7 * k)
-    k = np.arange(width, dtype=dtype)  # (K,)
-    groups = ((v[..., None] >> (dtype(7) * k)) & dtype(0x7F)).astype(np.uint8)  # (N, L, K)
-    groups |= (k < n_bytes[..., None] - 1).astype(np.uint8) << 7  # continuation bit
-    present = k < n_bytes[..., None]
-    return groups[present], n_bytes.sum(axis=1, dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _varint(n: int) -> bytes:
-    out, rest = bytearray(), n
-    while rest >= 0x80:
-        out.append((rest & 0x7F) | 0x80)
-        rest >>= 7
-    out.append(rest)
-    return bytes(out)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _entry_prefix(name: str, kind: bytes, packed_bytes: int) -> bytes:
-    """The bytes of one feature-map entry up to its packed values (cached per packed length)."""
-    key = b"\x0a" + _varint(len(name)) + name.encode()  # entry.key = 1
-    values_header = b"\x0a" + _varint(packed_bytes)  # Int64List/FloatList.value = 1, packed
-    feature_header = kind + _varint(len(values_header) + packed_bytes)  # Feature.<kind>
-    feature_bytes = len(feature_header) + len(values_header) + packed_bytes
-    value_header = b"\x12" + _varint(feature_bytes)  # entry.value = 2
-    entry_bytes = len(key) + len(value_header) + feature_bytes
-    return (
-        b"\x0a" + _varint(entry_bytes) + key + value_header + feature_header + values_header
-    )  # Features.feature = 1
-
-
-def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> list[bytes]:
-    """Serialized `tf.train.Example`s, one per row of the (N, length) arrays in `rows`.
-
-    The bytes are exactly those of protobuf's `Example.SerializeToString(deterministic=True)`
-    (a test holds us to that), but encoded column-wise with numpy: building one proto per row
-    costs ~100 us, four times all the other per-instance work together. Deterministic map order
-    (sorted feature names) matters: the same seed must give the same bytes in every process.
-    """
-    lengths = feature_lengths(seq_len, max_predictions)
-    n = None
-    columns = []  # per feature, sorted by name: (name, kind, packed data, row offsets)
-    for f in sorted(FEATURES, key=lambda f: f.name):
-        values = np.asarray(rows[f.name])
-        if values.ndim != 2 or values.shape[1] != lengths[f.name]:
-            raise ValueError(f"feature {f.name}: expected length {lengths[f.name]}, found {values.shape[-1]}")
-        if n is None:
-            n = len(values)
-        if f.dtype == "int64":
-            if values.size and values.min() < 0:
-                raise ValueError(f"feature {f.name}: negative values are not supported")
-            data, row_bytes = _varint_columns(values)
-            kind = b"\x1a"  # Feature.int64_list = 3
-        else:
-            data = values.astype("<f4").reshape(-1).view(np.uint8)
-            row_bytes = np.full(len(values), 4 * values.shape[1])
-            kind = b"\x12"  # Feature.float_list = 2
-        offsets = np.concatenate([[0], np.cumsum(row_bytes)]).tolist()
-        columns.append((f.name, kind, data.tobytes(), offsets))
-    examples = []
-    for r in range(n or 0):
-        parts = []
-        for name, kind, data, offsets in columns:
-            start, end = offsets[r], offsets[r + 1]
-            parts.append(_entry_prefix(name, kind, end - start))
-            parts.append(data[start:end])
-        body = b"".join(parts)
-        examples.append(b"\x0a" + _varint(len(body)) + body)  # Example.features = 1
-    return examples
-
-
-def serialize_example(arrays: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> bytes:
-    """One instance as a serialized `tf.train.Example`; refuses a wrong length."""
-    rows = {}
-    for name, values in arrays.items():
-        values = np.asarray(values)
-        if values.ndim != 1:
-            raise ValueError(f"feature {name}: expected a vector, found shape {values.shape}")
-        rows[name] = values[None]
-    return serialize_examples(rows, seq_len, max_predictions)[0]
 
 
 def parsing_spec(seq_len: int, max_predictions: int) -> dict:
@@ -160,44 +71,237 @@ def features_for_manifest(seq_len: int, max_predictions: int) -> dict[str, dict]
     return {f.name: {"dtype": f.dtype, "length": lengths[f.name]} for f in FEATURES}
 
 
-def read_manifest(data_dir: str) -> dict:
-    """The manifest beside the shards, or a one-line error naming the path."""
+# === The manifest ===
+
+
+class ManifestError(BertbeamError):
+    """A manifest that cannot be read, or that contradicts itself or its shards."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    file: str  # name inside the corpus folder
+    records: int
+    bytes: int  # the reader compares it: a truncated or replaced copy is caught before training
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    documents: int
+    instances: int  # records in all the split's shards
+    real_tokens: int
+    masked_tokens: int
+    padding_fraction: float
+    next_sentence_label_1: int
+    dupe_factor: int
+    packing_groups: int
+    shards: tuple[Shard, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabInfo:
+    file: str  # vocab.model or vocab.txt, beside the shards
+    sha256: str  # of the file: readers check the file beside the shards against it
+    size: int
+    special_ids: Mapping[str, int]  # pad, unk, cls, sep, mask
+    trained: bool  # trained by this build (else given with --vocab)
+    kind: str = "sentencepiece"  # or "wordpiece" (corpora from before WordPiece have no kind)
+    lower_case: bool = False  # wordpiece: lower-cased and accent-stripped before tokenizing
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    schema_version: int
+    features: Mapping[str, Mapping]  # name -> {dtype, length}
+    build: Mapping[str, object]  # every CorpusConfig field but output_dir: the record of the build
+    vocab: VocabInfo
+    input: Mapping[str, object]  # files, documents, and skipped / repaired counts by reason
+    splits: Mapping[str, Split]
+    folder: str = ""  # where it was read from (not written: a moved corpus stays valid)
+
+    # --- the corpus view: what readers need, typed ---
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.build["seq_len"])
+
+    @property
+    def max_predictions(self) -> int:
+        return int(self.build["max_predictions"])
+
+    @property
+    def pairs(self) -> bool:
+        """Segment pairs with next-sentence (or sentence-order) labels, rather than packed text."""
+        return self.build.get("mode") == "segment_pair"
+
+    @property
+    def masked_lm_prob(self) -> float:
+        return float(self.build.get("masked_lm_prob", 0.15))
+
+    @property
+    def whole_word_mask(self) -> bool:
+        return bool(self.build.get("whole_word_mask", False))
+
+    @property
+    def path(self) -> str:
+        return f"{self.folder}/{MANIFEST_NAME}"
+
+    @property
+    def vocab_path(self) -> str:
+        return f"{self.folder}/{self.vocab.file}"
+
+    def split(self, name: str) -> Split:
+        if name not in self.splits:
+            raise ManifestError(f"{self.path}: no split {name!r}; it has {', '.join(self.splits)}")
+        return self.splits[name]
+
+    def files(self, split: str) -> list[str]:
+        """The split's shards, as paths, in the manifest's (file name) order."""
+        return [f"{self.folder}/{shard.file}" for shard in self.split(split).shards]
+
+    # --- the file ---
+
+    def to_json(self) -> str:
+        raw = dataclasses.asdict(self)
+        del raw["folder"]
+        return json.dumps(raw, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, folder: str = "") -> Manifest:
+        """The manifest in `text`; a missing or mistyped field, an unreadable schema version or
+        shard counts that contradict the split's is a one-line `ManifestError` naming the file."""
+        source = f"{folder}/{MANIFEST_NAME}" if folder else MANIFEST_NAME
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        fields = _Fields(raw, source)
+        version = fields.get("schema_version", int)
+        if version not in READABLE_SCHEMA_VERSIONS:
+            readable = ", ".join(map(str, READABLE_SCHEMA_VERSIONS))
+            raise ManifestError(
+                f"{source}: schema_version expected {readable}, found {version}; rebuild the corpus"
+            )
+        for name in ("seq_len", "max_predictions"):
+            fields.get(f"build.{name}", int)
+        return cls(
+            schema_version=version,
+            features=fields.get("features", dict),
+            build=fields.get("build", dict),
+            vocab=_typed(VocabInfo, fields, "vocab"),
+            input=fields.get("input", dict),
+            splits={name: _split(fields, name) for name in fields.get("splits", dict)},
+            folder=folder,
+        )
+
+
+class _Fields:
+    """Typed access to a parsed manifest by dotted path, failing with the file and the field."""
+
+    def __init__(self, raw, source: str, at: str = ""):
+        self.raw, self.source, self.at = raw, source, at  # at: where `raw` sits, for messages
+
+    def has(self, path: str) -> bool:
+        try:
+            self.get(path, object)
+        except ManifestError:
+            return False
+        return True
+
+    def get(self, path: str, kind: type):
+        value = self.raw
+        for part in path.split("."):
+            if not isinstance(value, dict) or part not in value:
+                raise ManifestError(f"{self.source}: field {self.at}{path} is missing; rebuild the corpus")
+            value = value[part]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ManifestError(
+                f"{self.source}: field {self.at}{path} expected {kind.__name__}, found {value!r}; "
+                "rebuild the corpus"
+            )
+        return value
+
+
+def _typed(cls, fields: _Fields, prefix: str = "", **given):
+    """A `cls` dataclass from the fields under `prefix`, each checked against its annotation; a
+    missing field with a default takes the default (older manifests lack newer fields)."""
+    hints = typing.get_type_hints(cls)
+    values = dict(given)
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            continue
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        if f.default is not dataclasses.MISSING and not fields.has(path):
+            continue
+        values[f.name] = fields.get(path, typing.get_origin(hints[f.name]) or hints[f.name])
+    return cls(**values)
+
+
+def _split(fields: _Fields, name: str) -> Split:
+    shards = tuple(
+        _typed(Shard, _Fields(entry, fields.source, at=f"splits.{name}.shards[{i}]."))
+        for i, entry in enumerate(fields.get(f"splits.{name}.shards", list))
+    )
+    split = _typed(Split, fields, f"splits.{name}", shards=shards)
+    records = sum(shard.records for shard in shards)
+    if records != split.instances:
+        raise ManifestError(
+            f"{fields.source}: {name} has {split.instances} instances but its shards list {records} "
+            "records; the manifest was edited or mixed up, rebuild the corpus"
+        )
+    return split
+
+
+def read_manifest(folder: str) -> Manifest:
+    """The manifest beside the shards in `folder` (local or gs://), or a one-line error."""
     import tensorflow as tf
 
-    path = f"{data_dir.rstrip('/')}/{MANIFEST_NAME}"
+    folder = folder.rstrip("/")
+    path = f"{folder}/{MANIFEST_NAME}"
     if not tf.io.gfile.exists(path):
-        raise ManifestError(f"{path}: no manifest; build the corpus with `make corpus` first")
-    try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        found = "does not exist" if not tf.io.gfile.exists(folder) else "has no manifest.json"
+        raise ManifestError(f"{folder}: {found}; build a corpus first (make corpus OUTPUT={folder})")
+    with tf.io.gfile.GFile(path, "r") as f:
+        return Manifest.from_json(f.read(), folder)
 
 
-def check_manifest(
-    manifest: Mapping,
-    *,
-    seq_len: int | None = None,
-    max_predictions: int | None = None,
-    vocab_sha256: str | None = None,
-    source: str = MANIFEST_NAME,
-) -> None:
-    """Refuse, in one line, shards built with other numbers than the caller expects."""
-    found_version = manifest.get("schema_version")
-    if found_version != SCHEMA_VERSION:
-        raise ManifestError(
-            f"{source}: schema_version expected {SCHEMA_VERSION}, found {found_version}; rebuild the corpus"
+def build_manifest(
+    cfg: CorpusConfig, shards: list[dict], stats: Mapping[str, int], vocab: VocabInfo, plan: Mapping
+) -> Manifest:
+    """The manifest of a finished build, from the shards written, the summed counters and the
+    plan."""
+    splits = {}
+    for split in SPLITS:
+        instances = stats.get(f"{split}/instances", 0)
+        padding = stats.get(f"{split}/padding_tokens", 0)
+        splits[split] = Split(
+            documents=stats.get(f"{split}/documents", 0),
+            instances=instances,
+            real_tokens=stats.get(f"{split}/real_tokens", 0),
+            masked_tokens=stats.get(f"{split}/masked_tokens", 0),
+            padding_fraction=round(padding / (instances * cfg.seq_len), 6) if instances else 0.0,
+            next_sentence_label_1=stats.get(f"{split}/next_sentence_label_1", 0),
+            dupe_factor=plan[split]["dupes"],
+            packing_groups=plan[split]["groups"],
+            shards=tuple(
+                Shard(s["file"], s["records"], s["bytes"])
+                for s in sorted(shards, key=lambda s: s["file"])
+                if s["split"] == split
+            ),
         )
-    build = manifest.get("build", {})
-    for field, expected in (("seq_len", seq_len), ("max_predictions", max_predictions)):
-        if expected is not None and build.get(field) != expected:
-            raise ManifestError(
-                f"{source}: {field} expected {expected}, found {build.get(field)}; "
-                f"rebuild the corpus with --{field} {expected} or change the model's {field}"
-            )
-    found_sha = manifest.get("vocab", {}).get("sha256")
-    if vocab_sha256 is not None and found_sha != vocab_sha256:
-        raise ManifestError(
-            f"{source}: vocab sha256 expected {vocab_sha256[:12]}..., found {str(found_sha)[:12]}...; "
-            "the shards were tokenized with another vocabulary"
-        )
+
+    def by_prefix(prefix: str) -> dict:
+        return {k.split("/", 1)[1]: v for k, v in sorted(stats.items()) if k.startswith(prefix + "/")}
+
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        features=features_for_manifest(cfg.seq_len, cfg.max_predictions),
+        # Where the corpus lives is not a property of it: a moved or copied corpus stays valid.
+        build={k: v for k, v in cfg.to_json_dict().items() if k != "output_dir"},
+        vocab=vocab,
+        input={**by_prefix("input"), "skipped": by_prefix("skipped"), "repaired": by_prefix("repaired")},
+        splits=splits,
+        folder=cfg.output_dir,
+    )

@@ -1,6 +1,6 @@
 """Pure text functions: bounded line reading, normalisation, documents, sentence splitting.
 
-Nothing here knows about Beam; the transforms in `build_corpus.py` call these and count what they
+Nothing here knows about Beam; the transforms in `transforms.py` call these and count what they
 report. Every function takes bytes or str and a `Counter` for what it repaired or skipped.
 """
 

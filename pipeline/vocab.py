@@ -5,7 +5,8 @@ Two kinds, one interface (`size`, `special_ids`, `encode`, `tables`, `describe`)
   wordpiece      Google BERT's `vocab.txt`, a token per line, "##" marks a continuation; tokenized
                  by Hugging Face `tokenizers` with BERT's normalizer (lower case and accent
                  stripping when `lower_case`) and pre-tokenizer
-`VocabFile` carries a vocab's kind and bytes through the pipeline (a Beam side input) and loads it.
+`VocabFile` carries a vocab's kind and bytes through the pipeline (a Beam side input) and loads it;
+`VocabFile.of_corpus(manifest)` reads a built corpus's vocab, checked against the manifest's hash.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Literal
 import numpy as np
 import sentencepiece as spm
 
+from common.errors import BertbeamError
+from pipeline.schema import Manifest, VocabInfo
 from pipeline.text import is_cjk
 
 # BERT's special tokens at fixed ids. [PAD] must be 0: padding is zeros in every feature.
@@ -27,8 +30,8 @@ WORD_START = "\u2581"  # sentencepiece's "▁": the piece begins a new word
 CONTINUATION = "##"  # WordPiece: the token continues the word before it
 
 
-class VocabError(ValueError):
-    """A vocabulary that cannot serve BERT pretraining."""
+class VocabError(BertbeamError):
+    """A vocabulary that cannot serve BERT pretraining, or not the one a corpus was built with."""
 
 
 def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int, model_type: str) -> bytes:
@@ -107,16 +110,8 @@ class SentencePieceVocab:
     def encode(self, sentences: list[str]) -> list[list[int]]:
         return self.processor.encode(sentences, out_type=int)
 
-    def describe(self, file_name: str, trained: bool) -> dict:
-        return {
-            "file": file_name,
-            "kind": "sentencepiece",
-            "lower_case": False,
-            "trained": trained,
-            "sha256": self.sha256,
-            "size": self.size,
-            "special_ids": dict(self.special_ids),
-        }
+    def describe(self, file_name: str, trained: bool) -> VocabInfo:
+        return VocabInfo(file_name, self.sha256, self.size, dict(self.special_ids), trained, "sentencepiece")
 
 
 # Google's vocab.txt also holds "[unused0]".."[unused993]" and the like: bracketed, never produced
@@ -193,16 +188,10 @@ class WordPieceVocab:
         # No special tokens added: instances place [CLS] and [SEP] themselves.
         return [e.ids for e in self.tokenizer.encode_batch(sentences, add_special_tokens=False)]
 
-    def describe(self, file_name: str, trained: bool) -> dict:
-        return {
-            "file": file_name,
-            "kind": "wordpiece",
-            "lower_case": self.lower_case,
-            "trained": trained,
-            "sha256": self.sha256,
-            "size": self.size,
-            "special_ids": dict(self.special_ids),
-        }
+    def describe(self, file_name: str, trained: bool) -> VocabInfo:
+        return VocabInfo(
+            file_name, self.sha256, self.size, dict(self.special_ids), trained, "wordpiece", self.lower_case
+        )
 
 
 Vocab = SentencePieceVocab | WordPieceVocab
@@ -226,16 +215,26 @@ class VocabFile:
             return WordPieceVocab(self.data, self.lower_case)
         return SentencePieceVocab(self.data)
 
+    @classmethod
+    def of_corpus(cls, manifest: Manifest) -> VocabFile:
+        """The vocab beside a corpus's shards, refused in one line unless it is the one they were
+        tokenized with (the manifest's sha256): masking and export use it."""
+        import tensorflow as tf
+
+        path, info = manifest.vocab_path, manifest.vocab
+        if not tf.io.gfile.exists(path):
+            raise VocabError(f"{path}: missing (the manifest names it); rebuild the corpus")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+        found = hashlib.sha256(data).hexdigest()
+        if found != info.sha256:
+            raise VocabError(
+                f"{path}: sha256 {found[:12]}..., the manifest says {info.sha256[:12]}...; "
+                "the shards were tokenized with another vocab, rebuild the corpus"
+            )
+        return cls(info.kind, data, info.lower_case)
+
 
 def kind_of(path: str) -> str:
     """A vocab file's kind by its name: Google BERT's vocab.txt, else a sentencepiece model."""
     return "wordpiece" if path.endswith(".txt") else "sentencepiece"
-
-
-def from_manifest(folder: str, info: dict) -> VocabFile:
-    """The vocab a corpus was built with, from its manifest's "vocab" entry."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(f"{folder}/{info['file']}", "rb") as f:
-        data = f.read()
-    return VocabFile(info.get("kind", "sentencepiece"), data, bool(info.get("lower_case", False)))

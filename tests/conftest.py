@@ -119,7 +119,7 @@ def tiny_config(small_corpus, tmp_path_factory) -> Path:
     from model.config import BertConfig
     from pipeline.schema import read_manifest
 
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab = read_manifest(str(small_corpus)).vocab.size
     config = BertConfig(
         vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44, max_position=40
     )

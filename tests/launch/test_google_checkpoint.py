@@ -169,7 +169,7 @@ def test_a_missing_or_misshapen_variable_is_named(google_checkpoint, tmp_path):
 
 
 def test_init_checkpoint_takes_a_google_release_folder(google_checkpoint):
-    from launch.train import TrainError, warm_start
+    from launch.checkpoints import CheckpointError, warm_start
 
     folder, arrays = google_checkpoint
     model = build_pretraining_model(google_bert_config(str(folder / "bert_config.json")), T, P)
@@ -183,6 +183,6 @@ def test_init_checkpoint_takes_a_google_release_folder(google_checkpoint):
         {**arrays, "cls/predictions/output_bias": np.zeros(V + 3, "float32")}, str(folder / "bert_model.ckpt")
     )
     with pytest.raises(
-        TrainError, match=r"^--init_checkpoint .*bert_model.ckpt: cls/predictions/output_bias has shape"
+        CheckpointError, match=r"^--init_checkpoint .*bert_model.ckpt: cls/predictions/output_bias has shape"
     ):
         warm_start(model, str(folder))

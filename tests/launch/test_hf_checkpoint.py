@@ -256,14 +256,14 @@ def test_a_bpe_sentencepiece_vocab_exports_weights_without_a_tokenizer(botchan, 
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
+@pytest.mark.slow
 def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
     """`python -m launch.export` on a real run: HF logits on the corpus's own records match the
     checkpoint's, and the Google export reads back under Google's names."""
     import tensorflow as tf
 
     from launch.export import restore
-    from pipeline.input import make_dataset
-    from pipeline.schema import read_manifest
+    from pipeline.input import InputConfig, make_dataset
 
     for fmt in ("hf", "google", "keras"):
         done = subprocess.run(
@@ -273,12 +273,8 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().endswith(f"({fmt}) to {tmp_path / fmt}")
-    model, _, _, _, _ = restore(str(trained_run))
-    manifest = read_manifest(str(small_corpus))
-    x, _, _ = next(
-        iter(make_dataset(f"{small_corpus}/validation-*", manifest=manifest, per_replica_batch_size=8,
-                          training=False, seed=0))
-    )  # fmt: skip
+    model, _, manifest, _, _ = restore(str(trained_run))
+    x, _, _ = next(iter(make_dataset(manifest, "validation", InputConfig(8, training=False))))
     real = {k: np.asarray(v) for k, v in x.items()}
     real["document_ids"] = real["input_mask"]  # one document per row, as Hugging Face sees a row
     hf_model, info, _ = load_quietly(transformers.BertForMaskedLM, tmp_path / "hf")
@@ -296,11 +292,12 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
 
 def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
     """`--init_checkpoint hf:DIR --bert_config DIR/config.json`: the run starts from its weights."""
+    from launch.checkpoints import CheckpointError
     from launch.config import TrainConfig
-    from launch.train import TrainError, build, prepare
+    from launch.train import build, prepare
     from pipeline.schema import read_manifest
 
-    vocab_size = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab_size = read_manifest(str(small_corpus)).vocab.size
     hf_model = random_hf_model(transformers.BertForMaskedLM, vocab_size, seed=6)
     hf_model.save_pretrained(str(tmp_path / "hf"))
 
@@ -322,7 +319,7 @@ def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
         run.model.get_layer("mlm_bias").bias.numpy(), hf_model.cls.predictions.bias.detach().numpy()
     )
     # The preset's shape does not fit the checkpoint: a one-line error naming the tensor.
-    with pytest.raises(TrainError, match=r"^--init_checkpoint .*model.safetensors: .* has shape"):
+    with pytest.raises(CheckpointError, match=r"^--init_checkpoint .*model.safetensors: .* has shape"):
         build(prepare(config("wrong", None), None))
 
 

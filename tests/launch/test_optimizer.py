@@ -51,12 +51,11 @@ def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
     from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
-    from pipeline.input import make_dataset
+    from pipeline.input import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(str(small_corpus))
-    pool = next(iter(make_dataset(str(small_corpus / "train-*"), manifest=manifest, per_replica_batch_size=64,
-                                  training=False, seed=0)))  # fmt: skip
+    pool = next(iter(make_dataset(manifest, "train", InputConfig(64, training=False))))
     # 16 rows with the same number of real predictions: then each half's own normalisation (what
     # accumulation averages) and the full batch's agree, and the two updates must match closely.
     counts = pool[2]["mlm"].numpy().sum(axis=1)
@@ -64,7 +63,7 @@ def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
     assert len(rows) == 16
     full = tuple({k: tf.gather(v, rows) for k, v in part.items()} for part in pool)
     halves = [tuple({k: v[i * 8 : (i + 1) * 8] for k, v in part.items()} for part in full) for i in range(2)]
-    config = BertConfig(vocab_size=manifest["vocab"]["size"], hidden_size=24, num_layers=1, num_heads=3,
+    config = BertConfig(vocab_size=manifest.vocab.size, hidden_size=24, num_layers=1, num_heads=3,
                         intermediate_size=48, max_position=32, dropout=0.0)  # fmt: skip
     keras.utils.set_random_seed(1)
     reference = build_pretraining_model(config, 32, 5)

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from launch.checkpoints import CheckpointError, model_variables
 from launch.config import ConfigError, TrainConfig
-from launch.train import TrainError, model_variables, prepare, train
+from launch.train import TrainError, prepare, train
 from model.bert import build_pretraining_model, encoder_from
 from model.config import BertConfig
-from pipeline.input import make_dataset
+from pipeline.input import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +49,7 @@ def trained(small_corpus, tiny_config, tmp_path_factory) -> Path:
     return model_dir
 
 
+@pytest.mark.slow
 def test_a_run_learns_and_leaves_eval_history_logs_and_a_plot(trained):
     rows = [json.loads(line) for line in (trained / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60]
@@ -74,25 +76,22 @@ def test_a_run_learns_and_leaves_eval_history_logs_and_a_plot(trained):
     assert list((trained / "logs" / "validation").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_the_evaluation_beats_a_uniform_guess(trained, small_corpus):
     evaluation = json.loads((trained / "eval.json").read_text())
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab = read_manifest(str(small_corpus)).vocab.size
     assert evaluation["mlm_loss"] < np.log(vocab) - 1.0
-    assert (
-        evaluation["examples"]
-        == read_manifest(str(small_corpus))["splits"]["validation"]["instances"] // 16 * 16
-    )
+    assert evaluation["examples"] == read_manifest(str(small_corpus)).split("validation").instances // 16 * 16
 
 
 def _real_batch(corpus: Path) -> dict:
     manifest = read_manifest(str(corpus))
-    ds = make_dataset(
-        f"{corpus}/validation-*", manifest=manifest, per_replica_batch_size=5, training=False, seed=0
-    )
+    ds = make_dataset(manifest, "validation", InputConfig(per_replica_batch_size=5, training=False))
     features, _, _ = next(iter(ds))
     return {name: value.numpy() for name, value in features.items()}
 
 
+@pytest.mark.slow
 def test_the_export_reloads_with_the_trained_weights(trained, small_corpus, tiny_config):
     export = trained / "export"
     assert sorted(p.name for p in export.iterdir()) == [
@@ -122,6 +121,7 @@ def test_the_export_reloads_with_the_trained_weights(trained, small_corpus, tiny
     assert out["sequence_output"].shape == (5, 32, 24)
 
 
+@pytest.mark.slow
 def test_the_keras_file_loads_in_a_fresh_process_after_import_model(trained):
     script = (
         "import sys, keras, model; m = keras.saving.load_model(sys.argv[1]); print(m.name, sorted(m.output))"
@@ -133,6 +133,7 @@ def test_the_keras_file_loads_in_a_fresh_process_after_import_model(trained):
     assert result.stdout.strip().splitlines()[-1] == "bert_pretraining ['mlm']", result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_finished_run_re_run_trains_no_further(trained, small_corpus, tiny_config):
     before = (trained / "history.jsonl").read_text()
     summary = train(run_config(small_corpus, trained, tiny_config))
@@ -140,6 +141,7 @@ def test_a_finished_run_re_run_trains_no_further(trained, small_corpus, tiny_con
     assert (trained / "history.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_xla_stays_on_and_the_step_counter_resumes(trained, small_corpus, tiny_config):
     from launch.train import build
 
@@ -148,6 +150,7 @@ def test_xla_stays_on_and_the_step_counter_resumes(trained, small_corpus, tiny_c
     assert run.model.jit_compile is True  # Keras silently falls back to no XLA in some setups
 
 
+@pytest.mark.slow
 def test_warm_start_takes_weights_but_not_the_step(trained, small_corpus, tiny_config, tmp_path):
     from launch.train import build
 
@@ -163,14 +166,15 @@ def test_warm_start_takes_weights_but_not_the_step(trained, small_corpus, tiny_c
     wrong = tmp_path / "wrong.json"
     wrong.write_text(BertConfig(other.vocab_size, hidden_size=12, num_heads=3, intermediate_size=20,
                                 max_position=40).to_json())  # fmt: skip
-    with pytest.raises(TrainError, match=r"^--init_checkpoint .*ckpt-60: does not fit this model"):
+    with pytest.raises(CheckpointError, match=r"^--init_checkpoint .*ckpt-60: does not fit this model"):
         build(prepare(run_config(small_corpus, tmp_path / "w", wrong, init_checkpoint=str(trained)), None))
 
 
+@pytest.mark.slow
 def test_grad_accumulation_matches_one_double_batch(small_corpus, tmp_path):
     """Two batches of 8 accumulated into one update == one update on the same 16 examples (the
     stream is the same examples in the same order); dropout off so both see the same network."""
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab = read_manifest(str(small_corpus)).vocab.size
     path = tmp_path / "bert.json"
     path.write_text(BertConfig(vocab, 24, 1, 3, 44, 40, dropout=0.0).to_json())
     common = dict(train_steps=1, warmup_steps=0, log_every=1, checkpoint_every=1, eval_every=1, eval_steps=0)
@@ -199,6 +203,7 @@ def test_grad_accumulation_matches_one_double_batch(small_corpus, tmp_path):
     assert np.linalg.norm(one) > 0.01  # it did move
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_cpu(small_corpus, tiny_config, tmp_path, precision):
     config = run_config(small_corpus, tmp_path, tiny_config, mixed_precision=precision, train_steps=4,
@@ -262,6 +267,7 @@ def test_configuration_mistakes_say_what_to_change(small_corpus, tiny_config, tm
         prepare(run_config(small_corpus, tmp_path / "m", tiny_config, global_batch_size=4096), None)
 
 
+@pytest.mark.slow
 def test_a_sentence_order_corpus_trains_both_heads(python_docs, botchan_vocab, tmp_path):
     from tests.conftest import build
 
@@ -281,6 +287,7 @@ def test_a_sentence_order_corpus_trains_both_heads(python_docs, botchan_vocab, t
     assert sorted(loaded.output) == ["mlm", "nsp"]
 
 
+@pytest.mark.slow
 def test_resuming_off_the_log_interval_says_which_flags_to_keep(trained, small_corpus, tiny_config, tmp_path):
     import shutil
 

@@ -1,4 +1,5 @@
-"""The Keras standard as tests (rules 1-4), on tiny odd sizes: seq 7, hidden 12, heads 3, vocab 37,
+"""The Keras standard as tests (README, "The model": the four rules), on tiny odd sizes: seq 7,
+hidden 12, heads 3, vocab 37,
 max_predictions 5, batch 13, so a swapped axis fails."""
 
 import re
@@ -45,7 +46,17 @@ def batch(seed=0, documents=1):
     "layer",
     [
         PositionEmbedding(16, 0.05, name="p"),
-        TransformerBlock(12, 3, 37, 0.2, 0.03, 1e-6, True, name="t"),
+        TransformerBlock(
+            hidden_size=12,
+            num_heads=3,
+            intermediate_size=37,
+            dropout=0.2,
+            initializer_range=0.03,
+            layer_norm_epsilon=1e-6,
+            pre_layer_norm=True,
+            hidden_act="gelu_approximate",
+            name="t",
+        ),  # fmt: skip
         BiasAdd(name="b"),
         OneHotEmbedding(3, 12, embeddings_initializer="ones", name="o"),
     ],
@@ -60,7 +71,8 @@ def test_every_constructor_argument_is_in_get_config():
     import inspect
 
     # OneHotEmbedding adds no argument to keras.layers.Embedding's: the round trip above covers it.
-    examples = [PositionEmbedding(9), TransformerBlock(12, 3, 37), BiasAdd(), MaskedLMLoss()]
+    examples = [PositionEmbedding(9), TransformerBlock(hidden_size=12, num_heads=3, intermediate_size=37),
+                BiasAdd(), MaskedLMLoss()]  # fmt: skip
     for instance in examples:
         args = [
             a for a in inspect.signature(type(instance).__init__).parameters if a not in ("self", "kwargs")
@@ -86,6 +98,22 @@ def test_shapes_clone_and_keras_file_give_identical_outputs(pre_ln, tmp_path):
     np.testing.assert_array_equal(loaded(x)["nsp"], out["nsp"])
     encoded = encoder_from(model)({k: v for k, v in x.items() if k != "masked_lm_positions"})
     assert encoded["sequence_output"].shape == (B, T, 12) and encoded["pooled_output"].shape == (B, 12)
+
+
+def test_no_two_weights_are_drawn_from_one_seed():
+    """Every random weight gets its own initializer: one unseeded Keras 3 initializer handed to two
+    layers draws the same numbers for both (the segment embedding was once the token embedding's
+    first two rows, and a block's two feed-forward kernels held the same numbers)."""
+    keras.utils.set_random_seed(0)
+    model = build_pretraining_model(CONFIG, T, P, next_sentence=True)
+    first_values = {}
+    for w in model.trainable_weights:
+        if w.path.endswith(("gamma", "beta", "bias")):  # constant initialisers
+            continue
+        head = tuple(np.asarray(w).ravel()[:6].round(7).tolist())
+        assert head not in first_values, f"{w.path} draws the same numbers as {first_values[head]}"
+        first_values[head] = w.path
+    assert len(first_values) == 6 + 6 * CONFIG.num_layers  # 3 embeddings, MLM, pooler, NSP; 6 per block
 
 
 def test_output_projection_is_tied_to_the_token_embedding():
@@ -154,14 +182,14 @@ def test_masked_lm_loss_is_normalised_by_real_masked_tokens():
 
 
 def test_train_step_compiles_with_xla_and_a_tiny_model_overfits(small_corpus):
-    from pipeline.input import make_dataset
+    from pipeline.input import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(str(small_corpus))
-    config = BertConfig(vocab_size=manifest["vocab"]["size"], hidden_size=48, num_layers=2, num_heads=3,
+    config = BertConfig(vocab_size=manifest.vocab.size, hidden_size=48, num_layers=2, num_heads=3,
                         intermediate_size=96, max_position=32, dropout=0.0)  # fmt: skip
-    ds = make_dataset(str(small_corpus / "train-*"), manifest=manifest, per_replica_batch_size=16,
-                      training=False, seed=0).take(4).cache().repeat()  # fmt: skip
+    ds = make_dataset(manifest, "train", InputConfig(per_replica_batch_size=16, training=False))
+    ds = ds.take(4).cache().repeat()
     keras.utils.set_random_seed(0)
     model = compile_pretraining(build_pretraining_model(config, 32, 5), keras.optimizers.AdamW(3e-3),
                                 jit_compile=True)  # fmt: skip

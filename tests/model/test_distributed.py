@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
@@ -19,7 +21,7 @@ import keras
 from model.bert import build_pretraining_model
 from model.config import BertConfig
 from model.losses import MaskedLMLoss, compile_pretraining
-from pipeline.input import make_dataset
+from pipeline.input import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -48,14 +50,16 @@ assert abs(naive - one_replica) > 1e-3
 corpus = sys.argv[1]
 manifest = read_manifest(corpus)
 def dataset_fn(ctx):
-    return make_dataset(corpus + "/train-*", manifest=manifest, input_context=ctx, training=True, seed=0,
-                        per_replica_batch_size=ctx.get_per_replica_batch_size(16))
+    config = InputConfig(per_replica_batch_size=ctx.get_per_replica_batch_size(16), training=True, seed=0)
+    return make_dataset(manifest, "train", config, input_context=ctx)
 with strategy.scope():
-    config = BertConfig(vocab_size=manifest["vocab"]["size"], hidden_size=24, num_layers=1, num_heads=3,
+    config = BertConfig(vocab_size=manifest.vocab.size, hidden_size=24, num_layers=1, num_heads=3,
                         intermediate_size=48, max_position=32)
     model = build_pretraining_model(config, 32, 5)
-    # XLA stays off here: in TF 2.21 XLA-compiled steps under MirroredStrategy on logical CPU
-    # devices fail with a cross-device resource error. XLA is tested on its own (one device).
+    # XLA stays off here: XLA-compiled steps under MirroredStrategy on logical CPU devices fail with
+    # "Trying to access resource ... located in device CPU:1 from device CPU:0" (TF 2.21;
+    # keras-team/keras#19005). XLA is tested on its own (one device); turn it on here once that
+    # error is gone.
     compile_pretraining(model, keras.optimizers.AdamW(1e-3), jit_compile=False)
 distributed = strategy.distribute_datasets_from_function(dataset_fn)
 history = model.fit(distributed, steps_per_epoch=6, epochs=2, verbose=0)
@@ -66,6 +70,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_on_two_logical_cpus(small_corpus):
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(small_corpus)], cwd=REPO, capture_output=True,
                             text=True, timeout=600)  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import gzip
 import json
@@ -11,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import DirectOptions
 
 from pipeline import build_corpus, text
+from pipeline.config import CorpusConfig
+from pipeline.keys import content_key, split_of
 from pipeline.schema import FEATURES, feature_lengths
 from pipeline.vocab import SentencePieceVocab as Vocab
 from tests.conftest import REPO, build, read_records, unmasked
@@ -106,11 +110,12 @@ def test_unmasking_recovers_the_tokenized_documents(docs_corpus, docs_input):
     for doc in expected_documents(files, doc_per_file=False):
         tokens = [t for ids in vocab.encode(text.document_sentences(doc)) for t in ids]
         if tokens:
-            by_split[build_corpus.split_of(build_corpus.content_key(doc), 0.1)].append(tokens)
+            by_split[split_of(content_key(doc), 0.1)].append(tokens)
     for split, dupes in (("train", 2), ("validation", 1)):
         assert_covers(pieces_of(read_records(docs_corpus, split)), by_split[split], dupes)
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_for_1_or_2_workers_and_any_file_order(docs_corpus, docs_input, tmp_path):
     files = sorted(glob.glob(docs_input))
     reordered = ",".join(reversed(files))  # other input order, listed file by file
@@ -284,6 +289,7 @@ print(len(paragraphs))
 """
 
 
+@pytest.mark.slow
 def test_tfds_input(tmp_path, botchan_vocab, botchan):
     # Prepared in another process, as a user's dataset is: this process reads it from its files.
     data_dir = tmp_path / "tfds"
@@ -368,6 +374,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
     no_match = run_cli(
         "--input",
@@ -439,6 +446,37 @@ def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
     assert not (tmp_path / "o" / "manifest.json").exists()
 
 
+def test_misspelled_flags_are_refused_before_anything_runs(tmp_path, botchan, capsys):
+    """Beam alone only warns, after the build, that it dropped flags it does not know: the corpus
+    would be built without whole-word masking and with the default dupe factor."""
+    out = tmp_path / "o"
+    code = build_corpus.main(["--input", str(botchan), "--output", str(out), "--vocab_size", "50",
+                              "--whole_wrd_mask", "--dupe_factr", "3"])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: unknown flags --whole_wrd_mask, --dupe_factr (did you mean --whole_word_mask, "
+        "--dupe_factor?): neither bertbeam nor Beam's pipeline options know them; "
+        "see python -m pipeline.build_corpus --help"
+    )
+    assert not out.exists()
+    assert build_corpus.main(["--input", str(botchan), "--output", str(out), "--vocab_size", "50", "x"]) == 2
+    assert "unexpected argument 'x'" in capsys.readouterr().err
+    # Beam's own options pass through, in both spellings, beside ours.
+    cfg, options = build_corpus.parse_args(["--input", "a.txt", "--output", "o", "--vocab_size", "50",
+                                            "--direct_num_workers=2", "--runner", "DirectRunner",
+                                            "--whole_word_mask", "--no-doc_per_file"])  # fmt: skip
+    assert cfg.whole_word_mask and not cfg.doc_per_file
+    assert options.view_as(DirectOptions).direct_num_workers == 2
+
+
+def test_help_explains_every_flag():
+    text = " ".join(build_corpus.parser().format_help().split())
+    for f in dataclasses.fields(CorpusConfig):
+        if f.name != "pair_task":  # --nsp / --sop
+            assert " ".join(f.metadata["help"].split()) in text, f.name
+    assert "--nsp" in text and "--sop" in text
+
+
 def test_rebuild_with_fewer_shards_leaves_no_stale_shard(tmp_path, botchan, botchan_vocab):
     common = [
         "--input",
@@ -467,6 +505,7 @@ def test_rebuild_with_fewer_shards_leaves_no_stale_shard(tmp_path, botchan, botc
     )
 
 
+@pytest.mark.slow
 def test_cli_success_prints_what_was_written(tmp_path, botchan, botchan_vocab):
     done = run_cli("--input", str(botchan), "--output", str(tmp_path / "o"), "--vocab", str(botchan_vocab),
                    "--seq_len", "64", "--max_predictions", "8", "--dupe_factor", "2")  # fmt: skip
@@ -479,6 +518,7 @@ def test_cli_success_prints_what_was_written(tmp_path, botchan, botchan_vocab):
     assert lines[-1] == "  skipped: none; repaired: bom 1"  # botchan.txt starts with a BOM
 
 
+@pytest.mark.slow
 def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "empty.txt").write_bytes(b"")

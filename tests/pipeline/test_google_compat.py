@@ -5,7 +5,7 @@ the same tensors our input function gives."""
 import numpy as np
 import tensorflow as tf
 
-from pipeline.input import make_dataset
+from pipeline.input import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 
@@ -31,10 +31,9 @@ def run_pretraining_input(files, max_seq_length, max_predictions_per_seq, batch_
 
 def test_googles_reader_parses_our_shards_to_our_tensors(small_corpus):
     manifest = read_manifest(str(small_corpus))
-    files = [str(small_corpus / s["file"]) for s in manifest["splits"]["validation"]["shards"]]
+    files = manifest.files("validation")
     theirs = list(run_pretraining_input(files, 32, 5, batch_size=8))
-    ours = list(make_dataset(f"{small_corpus}/validation-*", manifest=manifest, per_replica_batch_size=8,
-                             training=False, seed=0))  # fmt: skip
+    ours = list(make_dataset(manifest, "validation", InputConfig(per_replica_batch_size=8, training=False)))
     assert len(theirs) == len(ours) > 0
     for google, (features, labels, weights) in zip(theirs, ours, strict=True):
         for name in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"):

@@ -1,18 +1,28 @@
 """The tf.data input function on a real corpus built by the pipeline."""
 
-import json
+import dataclasses
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.input import DynamicMasking, InputError, list_files, make_dataset, naming_bad_shards, unmask
-from pipeline.schema import read_manifest
+from pipeline.input import (
+    DynamicMasking,
+    InputConfig,
+    InputError,
+    make_dataset,
+    naming_bad_shards,
+    shard_files,
+    unmask,
+)
+from pipeline.schema import ManifestError, Split, read_manifest
 
 
-def dataset(corpus, **kwargs):
-    args = {"manifest": read_manifest(str(corpus)), "per_replica_batch_size": 7, "training": True, "seed": 3}
-    return make_dataset(str(corpus / "train-*"), **{**args, **kwargs})
+def dataset(corpus, split="train", **kwargs):
+    config = InputConfig(**{"per_replica_batch_size": 7, "training": True, "seed": 3, **kwargs})
+    return make_dataset(read_manifest(str(corpus)), split, config)
 
 
 def test_element_spec_is_static_and_keyed_by_model_inputs(small_corpus):
@@ -24,26 +34,24 @@ def test_element_spec_is_static_and_keyed_by_model_inputs(small_corpus):
     assert labels["mlm"].shape == (7, 5) and weights["mlm"].dtype == tf.float32
 
 
-def test_manifest_mismatch_is_a_one_line_error(small_corpus):
-    manifest = read_manifest(str(small_corpus))
-    with pytest.raises(
-        InputError, match="seq_len expected 128, found 32; rebuild the corpus with --seq_len 128"
-    ):
-        dataset(small_corpus, expected_seq_len=128)
-    with pytest.raises(InputError, match="max_predictions expected 20, found 5"):
-        dataset(small_corpus, expected_max_predictions=20)
-    with pytest.raises(InputError, match="vocab sha256 expected 000000000000"):
-        dataset(small_corpus, expected_vocab_sha256="0" * 64)
-    with pytest.raises(InputError, match="schema_version expected 1, found 9"):
-        dataset(small_corpus, manifest={**manifest, "schema_version": 9})
-    with pytest.raises(InputError, match="nothing-\\*: no files match"):
-        make_dataset(
-            str(small_corpus / "nothing-*"),
-            manifest=manifest,
-            per_replica_batch_size=2,
-            training=False,
-            seed=0,
-        )
+def test_the_split_is_the_manifests_shards_and_an_empty_one_is_named(small_corpus, tmp_path):
+    corpus = copy_of(small_corpus, tmp_path / "corpus")
+    # A stray file that matches the split's name pattern but is not in the manifest: never read.
+    (corpus / "train-00007-of-00009.tfrecord").write_bytes(b"not a tfrecord at all")
+    manifest = read_manifest(str(corpus))
+    n = manifest.split("train").instances
+    assert sum(1 for _ in make_dataset(manifest, "train", InputConfig(1, training=False))) == n
+    with pytest.raises(InputError, match=r"manifest.json: the validation split has no shards"):
+        empty = dataclasses.replace(manifest, splits={**manifest.splits, "validation": EMPTY})
+        make_dataset(empty, "validation", InputConfig(2))
+    with pytest.raises(ManifestError, match=r"manifest.json: no split 'test'; it has train, validation"):
+        make_dataset(manifest, "test", InputConfig(2))
+
+
+EMPTY = Split(
+    documents=0, instances=0, real_tokens=0, masked_tokens=0, padding_fraction=0.0,
+    next_sentence_label_1=0, dupe_factor=1, packing_groups=1, shards=(),
+)  # fmt: skip
 
 
 def test_same_seed_same_batches_and_another_seed_differs(small_corpus):
@@ -57,19 +65,18 @@ def test_same_seed_same_batches_and_another_seed_differs(small_corpus):
 
 
 def test_input_context_gives_each_pipeline_its_own_files(small_corpus):
-    pattern = str(small_corpus / "train-*")
-    shares = [list_files(pattern, tf.distribute.InputContext(2, i, 2)) for i in range(2)]
-    assert sorted(shares[0] + shares[1]) == list_files(pattern, None) and not set(shares[0]) & set(shares[1])
+    manifest = read_manifest(str(small_corpus))
+    shares = [shard_files(manifest, "train", tf.distribute.InputContext(2, i, 2)) for i in range(2)]
+    assert sorted(shares[0] + shares[1]) == shard_files(manifest, "train") and not set(shares[0]) & set(
+        shares[1]
+    )
     with pytest.raises(InputError, match="4 shards for 5 input pipelines; rebuild with --num_shards >= 5"):
-        list_files(pattern, tf.distribute.InputContext(5, 0, 5))
+        shard_files(manifest, "train", tf.distribute.InputContext(5, 0, 5))
 
 
 def test_evaluation_reads_every_record_once(small_corpus):
-    manifest = read_manifest(str(small_corpus))
-    n = manifest["splits"]["validation"]["instances"]
-    ds = make_dataset(str(small_corpus / "validation-*"), manifest=manifest, per_replica_batch_size=1,
-                      training=False, seed=0)  # fmt: skip
-    assert sum(1 for _ in ds) == n
+    n = read_manifest(str(small_corpus)).split("validation").instances
+    assert sum(1 for _ in dataset(small_corpus, "validation", per_replica_batch_size=1, training=False)) == n
 
 
 def test_iterator_position_survives_a_checkpoint(small_corpus, tmp_path):
@@ -115,8 +122,9 @@ def test_dynamic_masking_matches_static_statistics(small_corpus, botchan_vocab):
     assert not np.array_equal(positions, static_positions)  # a fresh mask, not the stored one
 
 
-def test_dynamic_masking_true_uses_the_corpus_vocab(small_corpus):
-    first = next(iter(dataset(small_corpus, training=False, dynamic_masking=True)))
+def test_dynamic_masking_for_the_corpus_uses_its_vocab(small_corpus):
+    masking = DynamicMasking.for_corpus(read_manifest(str(small_corpus)))
+    first = next(iter(dataset(small_corpus, training=False, dynamic_masking=masking)))
     stored = next(iter(dataset(small_corpus, training=False)))
     assert first[0]["input_ids"].shape == stored[0]["input_ids"].shape
     assert not np.array_equal(first[0]["masked_lm_positions"], stored[0]["masked_lm_positions"])
@@ -145,44 +153,36 @@ def test_whole_word_dynamic_masking_keeps_words_whole(small_corpus, botchan_voca
     assert taken >= 0.95 * wanted  # whole words rarely leave the budget short
 
 
+def copy_of(corpus, folder):
+    shutil.copytree(corpus, folder)
+    return folder
+
+
 def test_a_corrupt_shard_is_named(small_corpus, tmp_path):
-    manifest = read_manifest(str(small_corpus))
-    for path in sorted(small_corpus.glob("train-*")):
-        (tmp_path / path.name).write_bytes(path.read_bytes())
-    victim = sorted(tmp_path.glob("train-*"))[2]
+    corpus = copy_of(small_corpus, tmp_path / "corpus")
+    manifest = read_manifest(str(corpus))
+    victim = Path(manifest.files("train")[2])
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    files = list_files(str(tmp_path / "train-*"), None)
-    ds = make_dataset(
-        str(tmp_path / "train-*"), manifest=manifest, per_replica_batch_size=4, training=False, seed=0
-    )
+    ds = make_dataset(manifest, "train", InputConfig(4, training=False))
     with pytest.raises(InputError, match=f"{victim}: corrupt or truncated shard"):
-        with naming_bad_shards(files):
+        with naming_bad_shards(manifest.files("train")):
             for _ in ds:
                 pass
 
 
 def test_truncated_or_missing_shards_are_named_before_the_first_step(small_corpus, tmp_path):
-    manifest = read_manifest(str(small_corpus))
-    for path in small_corpus.iterdir():
-        (tmp_path / path.name).write_bytes(path.read_bytes())
-    victim = sorted(tmp_path.glob("train-*"))[1]
+    corpus = copy_of(small_corpus, tmp_path / "corpus")
+    manifest = read_manifest(str(corpus))
+    victim = Path(manifest.files("train")[1])
     size = victim.stat().st_size
     victim.write_bytes(victim.read_bytes()[: size - 10])
     with pytest.raises(
         InputError, match=f"^{victim}: {size - 10} bytes, the manifest says {size}; truncated"
     ):
-        make_dataset(
-            str(tmp_path / "train-*"), manifest=manifest, per_replica_batch_size=2, training=True, seed=0
-        )
+        make_dataset(manifest, "train", InputConfig(2))
     victim.unlink()
     with pytest.raises(InputError, match=f"^{victim}: in the manifest but missing"):
-        make_dataset(
-            str(tmp_path / "train-*"), manifest=manifest, per_replica_batch_size=2, training=True, seed=0
-        )
-    # The other split is not affected.
-    make_dataset(
-        str(tmp_path / "validation-*"), manifest=manifest, per_replica_batch_size=2, training=False, seed=0
-    )
+        make_dataset(manifest, "train", InputConfig(2))
+    make_dataset(manifest, "validation", InputConfig(2, training=False))  # the other split: not affected

@@ -1,19 +1,12 @@
-"""The data contract: one table drives writer, reader and manifest checks."""
+"""The data contract: one table of features, and the typed manifest that describes a corpus."""
 
 import json
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from pipeline import schema
-
-
-def arrays(seq_len=7, max_predictions=3):
-    lengths = schema.feature_lengths(seq_len, max_predictions)
-    out = {name: np.arange(1, n + 1, dtype=np.int64) for name, n in lengths.items()}
-    out["masked_lm_weights"] = np.array([1.0, 0.5, 0.0][:max_predictions], np.float32)
-    return out
+from pipeline.schema import Manifest, ManifestError, read_manifest
 
 
 def test_google_bert_names_dtypes_and_lengths():
@@ -31,78 +24,65 @@ def test_google_bert_names_dtypes_and_lengths():
     assert spec["masked_lm_weights"].dtype == tf.float32 and spec["input_ids"].dtype == tf.int64
 
 
-def test_writer_and_reader_agree():
-    record = schema.serialize_example(arrays(), 7, 3)
-    parsed = tf.io.parse_single_example(record, schema.parsing_spec(7, 3))
-    for name, values in arrays().items():
-        assert parsed[name].numpy().tolist() == values.tolist()
-    assert record == schema.serialize_example(arrays(), 7, 3)  # deterministic bytes
+def test_the_manifest_of_a_real_build_round_trips_byte_for_byte(small_corpus):
+    text = (small_corpus / "manifest.json").read_text()
+    manifest = Manifest.from_json(text, str(small_corpus))
+    assert manifest.to_json() == text
+    assert (manifest.seq_len, manifest.max_predictions, manifest.pairs) == (32, 5, False)
+    assert manifest.vocab.file == "vocab.model" and manifest.vocab.kind == "sentencepiece"
+    assert manifest.vocab_path == f"{small_corpus}/vocab.model"
+    train = manifest.split("train")
+    assert [f.rsplit("/", 1)[-1] for f in manifest.files("train")] == [s.file for s in train.shards]
+    assert len(train.shards) == 4 and sum(s.records for s in train.shards) == train.instances > 0
+    assert read_manifest(f"{small_corpus}/") == manifest
 
 
-def test_writer_refuses_a_wrong_length():
-    bad = arrays()
-    bad["segment_ids"] = bad["segment_ids"][:-1]
-    with pytest.raises(ValueError, match="feature segment_ids: expected length 7, found 6"):
-        schema.serialize_example(bad, 7, 3)
+def edited(small_corpus, change) -> str:
+    raw = json.loads((small_corpus / "manifest.json").read_text())
+    change(raw)
+    return json.dumps(raw)
 
 
-def manifest(**build):
-    return {
-        "schema_version": 1,
-        "build": {"seq_len": 7, "max_predictions": 3, **build},
-        "vocab": {"sha256": "ab" * 32},
-    }
+BAD_MANIFESTS = {
+    "missing": (lambda m: m["build"].pop("seq_len"), "field build.seq_len is missing"),
+    "mistyped": (
+        lambda m: m["build"].update(max_predictions="5"),
+        "field build.max_predictions expected int, found '5'",
+    ),
+    "vocab": (lambda m: m["vocab"].pop("sha256"), "field vocab.sha256 is missing"),
+    "shard": (
+        lambda m: m["splits"]["train"]["shards"][2].pop("bytes"),
+        r"field splits.train.shards\[2\].bytes is missing",
+    ),
+    "version": (lambda m: m.update(schema_version=9), "schema_version expected 1, found 9; rebuild"),
+    "counts": (
+        lambda m: m["splits"]["validation"].update(instances=3),
+        "validation has 3 instances but its shards list",
+    ),
+}
 
 
-def test_check_manifest_names_the_mismatch():
-    schema.check_manifest(manifest(), seq_len=7, max_predictions=3, vocab_sha256="ab" * 32)
-    with pytest.raises(
-        schema.ManifestError, match=r"seq_len expected 128, found 7; rebuild the corpus with --seq_len 128"
-    ):
-        schema.check_manifest(manifest(), seq_len=128)
-    with pytest.raises(schema.ManifestError, match="max_predictions expected 20, found 3"):
-        schema.check_manifest(manifest(), max_predictions=20)
-    with pytest.raises(
-        schema.ManifestError, match="vocab sha256 expected cdcdcdcdcdcd..., found abababababab"
-    ):
-        schema.check_manifest(manifest(), vocab_sha256="cd" * 32)
-    with pytest.raises(schema.ManifestError, match="schema_version expected 1, found 0"):
-        schema.check_manifest({**manifest(), "schema_version": 0})
+@pytest.mark.parametrize("case", list(BAD_MANIFESTS))
+def test_a_bad_manifest_is_one_line_naming_the_file_and_field(small_corpus, case):
+    change, message = BAD_MANIFESTS[case]
+    with pytest.raises(ManifestError, match=f"^/somewhere/manifest.json: .*{message}"):
+        Manifest.from_json(edited(small_corpus, change), "/somewhere")
 
 
-def test_read_manifest_errors_name_the_path(tmp_path):
-    with pytest.raises(schema.ManifestError, match=f"{tmp_path}/manifest.json: no manifest"):
-        schema.read_manifest(str(tmp_path))
+def test_a_manifest_from_before_wordpiece_reads_as_sentencepiece(small_corpus):
+    """Corpora built before vocabularies had a kind stay readable: no kind means sentencepiece."""
+    older = edited(small_corpus, lambda m: [m["vocab"].pop(k) for k in ("kind", "lower_case")])
+    vocab = Manifest.from_json(older).vocab
+    assert (vocab.kind, vocab.lower_case) == ("sentencepiece", False)
+
+
+def test_read_manifest_errors_name_the_folder(tmp_path):
+    with pytest.raises(ManifestError, match=f"^{tmp_path}/nothing: does not exist; build a corpus first"):
+        read_manifest(str(tmp_path / "nothing"))
+    with pytest.raises(ManifestError, match=f"^{tmp_path}: has no manifest.json; build a corpus first"):
+        read_manifest(str(tmp_path))
     (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(schema.ManifestError, match="manifest.json: not valid JSON"):
-        schema.read_manifest(str(tmp_path))
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest()))
-    assert schema.read_manifest(str(tmp_path))["build"]["seq_len"] == 7
-
-
-def test_fast_encoder_matches_protobuf_deterministic_bytes():
-    from tensorflow.core.example import example_pb2
-
-    rng = np.random.default_rng(0)
-    n = 17
-    rows = {}
-    for name, length in schema.feature_lengths(7, 3).items():
-        # Values across every varint width, 0 and 2**62 included.
-        rows[name] = rng.integers(0, 2 ** rng.integers(1, 63, (n, length)), dtype=np.int64)
-    rows["input_ids"][0] = [0, 1, 127, 128, 16383, 16384, 2**62]
-    rows["masked_lm_weights"] = rng.random((n, 3)).astype(np.float32)
-    got = schema.serialize_examples(rows, 7, 3)
-    for r in range(n):
-        example = example_pb2.Example()
-        for f in schema.FEATURES:
-            target = example.features.feature[f.name]
-            values = rows[f.name][r].tolist()
-            (target.int64_list if f.dtype == "int64" else target.float_list).value.extend(values)
-        assert got[r] == example.SerializeToString(deterministic=True)
-
-
-def test_fast_encoder_refuses_negative_ints():
-    bad = {name: values[None] for name, values in arrays().items()}
-    bad["input_ids"] = -bad["input_ids"]
-    with pytest.raises(ValueError, match="feature input_ids: negative values"):
-        schema.serialize_examples(bad, 7, 3)
+    with pytest.raises(ManifestError, match="manifest.json: not valid JSON"):
+        read_manifest(str(tmp_path))
+    with pytest.raises(ManifestError, match=r"manifest.json: field schema_version is missing"):
+        Manifest.from_json("{}")

@@ -8,8 +8,9 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import build_corpus as bc
+from pipeline import transforms as tr
 from pipeline.config import CorpusConfig
+from pipeline.keys import content_key, split_of
 from pipeline.vocab import SentencePieceVocab as Vocab
 from pipeline.vocab import VocabFile
 
@@ -25,9 +26,9 @@ def test_read_documents_text_format_with_stats(tmp_path):
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"Gamma caf\xe9.\n\n\n"))
     (tmp_path / "c.txt").write_bytes(b"  \n\t\n")
     with TestPipeline() as p:
-        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*.txt"), str(tmp_path / "*.gz"))))
+        out = p | tr.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*.txt"), str(tmp_path / "*.gz"))))
         assert_that(out.docs, equal_to(["Alpha one.\nAlpha two.", "Beta one.", "Gamma caf\ufffd."]))
-        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        stats = out.stats | beam.CombineGlobally(tr.SumCounters())
         assert_that(
             stats,
             equal_to(
@@ -51,9 +52,9 @@ def test_read_documents_skips_binary_and_truncated_files_when_asked(tmp_path):
     (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
     (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(b"Lost line.\n" * 1000)[:60])
     with TestPipeline() as p:
-        out = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),), on_bad_file="skip"))
+        out = p | tr.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),), on_bad_file="skip"))
         assert_that(out.docs, equal_to(["Good text."]))
-        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        stats = out.stats | beam.CombineGlobally(tr.SumCounters())
         assert_that(
             stats | beam.Map(lambda s: {k: v for k, v in s.items() if k.startswith("skipped")}),
             equal_to([{"skipped/bad_file_binary": 1, "skipped/bad_file_unreadable": 1}]),
@@ -65,13 +66,13 @@ def test_read_documents_fails_on_a_binary_file_by_default(tmp_path):
     (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
     with pytest.raises(Exception, match=r"archive\.txt: looks binary"):
         with TestPipeline() as p:
-            _ = p | bc.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),)))
+            _ = p | tr.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),)))
 
 
 def test_jsonl_documents(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"body": "One."}\n{"body": "Two.\\nMore."}\nnot json\n{"x": 1}\n')
     with TestPipeline() as p:
-        out = p | bc.ReadDocuments(
+        out = p | tr.ReadDocuments(
             cfg(input_patterns=(str(tmp_path / "d.jsonl"),), format="jsonl", text_field="body")
         )
         assert_that(out.docs, equal_to(["One.", "Two.\nMore."]))
@@ -79,12 +80,12 @@ def test_jsonl_documents(tmp_path):
 
 def test_deduplicate_documents_counts_copies():
     with TestPipeline() as p:
-        out = p | beam.Create(["same", "other", "same", "same"]) | bc.DeduplicateDocuments()
+        out = p | beam.Create(["same", "other", "same", "same"]) | tr.DeduplicateDocuments()
         assert_that(
             out.docs,
-            equal_to([(bc.content_key("same"), "same"), (bc.content_key("other"), "other")]),
+            equal_to([(content_key("same"), "same"), (content_key("other"), "other")]),
         )
-        stats = out.stats | beam.CombineGlobally(bc.SumCounters())
+        stats = out.stats | beam.CombineGlobally(tr.SumCounters())
         assert_that(stats, equal_to([{"skipped/duplicate_document": 2}]), label="stats")
 
 
@@ -95,7 +96,7 @@ def test_train_vocab_is_deterministic_with_special_ids(botchan, tmp_path):
     for i, order in enumerate((lines, lines[::-1])):  # sample and order must not follow input order
         path = tmp_path / f"{i}.model"
         with TestPipeline() as p:
-            vocab = p | beam.Create([(bc.content_key(s), s) for s in order]) | bc.TrainVocab(config)
+            vocab = p | beam.Create([(content_key(s), s) for s in order]) | tr.TrainVocab(config)
             vocab | beam.Map(lambda v, path=path: path.write_bytes(v.data))
         models.append(path.read_bytes())
     assert models[0] == models[1]
@@ -111,13 +112,13 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
     vocab = Vocab(model)
     doc = "It was fine. Then it rained!\nA new line"
     expected = vocab.encode(["It was fine.", "Then it rained!", "A new line"])
-    key = bc.content_key(doc)
+    key = content_key(doc)
     with TestPipeline() as p:
         model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         out = (
             p
             | beam.Create([(key, doc)])
-            | beam.ParDo(bc.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
+            | beam.ParDo(tr.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
                 "stats", main="docs"
             )
         )
@@ -129,18 +130,18 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
 
 def test_plan_scales_groups_and_shards_with_tokens():
     config = cfg(seq_len=7, max_predictions=3, dupe_factor=3, records_per_shard=10, group_tokens=100)
-    plan = bc.make_plan({"train": 250, "validation": 9}, config)
+    plan = tr.make_plan({"train": 250, "validation": 9}, config)
     # 250 tokens / 5 per row = 50 rows x 3 dupes = 150 -> 15 shards; 250 // 100 = 2 groups.
     assert plan["train"] == {"tokens": 250, "groups": 2, "shards": 15, "dupes": 3}
     assert plan["validation"] == {"tokens": 9, "groups": 1, "shards": 1, "dupes": 1}
-    assert bc.make_plan({}, config)["validation"]["shards"] == 0
+    assert tr.make_plan({}, config)["validation"]["shards"] == 0
 
 
 def test_split_is_by_document_hash_and_near_the_fraction():
-    keys = [bc.content_key(f"doc {i}") for i in range(20_000)]
-    held_out = sum(bc.split_of(k, 0.1) == "validation" for k in keys) / len(keys)
+    keys = [content_key(f"doc {i}") for i in range(20_000)]
+    held_out = sum(split_of(k, 0.1) == "validation" for k in keys) / len(keys)
     assert held_out == pytest.approx(0.1, abs=0.01)
-    assert Counter(bc.split_of(k, 0.0) for k in keys) == Counter({"train": 20_000})
+    assert Counter(split_of(k, 0.0) for k in keys) == Counter({"train": 20_000})
 
 
 def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
@@ -164,13 +165,13 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
     with TestPipeline() as p:
         model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         plan_si = beam.pvalue.AsSingleton(p | "Plan" >> beam.Create([plan]))
-        made = p | beam.Create([("train", d) for d in docs]) | bc.CreateInstances(config, model_si, plan_si)
-        written = made.records | bc.WriteShards(str(tmp_path), plan_si)
+        made = p | beam.Create([("train", d) for d in docs]) | tr.CreateInstances(config, model_si, plan_si)
+        written = made.records | tr.WriteShards(str(tmp_path), plan_si)
         assert_that(
             written | beam.Map(lambda s: s["file"]),
             equal_to(["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]),
         )
-        stats = made.stats | beam.CombineGlobally(bc.SumCounters())
+        stats = made.stats | beam.CombineGlobally(tr.SumCounters())
         # 15 tokens + 3 [SEP] = 18 -> 3 rows of 6 after [CLS]; real tokens 18 + 3 [CLS].
         assert_that(
             stats | beam.Map(lambda s: (s["train/documents"], s["train/instances"], s["train/real_tokens"])),

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import build_corpus, text
+from pipeline import text
+from pipeline.keys import content_key, split_of
 from pipeline.masking import MaskingTables, word_ids
 from pipeline.vocab import VocabError, WordPieceVocab
 from tests.conftest import build, read_records, unmasked
@@ -132,6 +133,7 @@ def test_tables_mark_continuations_and_bracketed_tokens(botchan_wordpiece):
     assert starts_word[[i for t, i in table.items() if not t.startswith("##")]].all()
 
 
+@pytest.mark.slow
 def test_bad_vocab_files_are_one_line_errors(tmp_path):
     ok = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n"
     cases = {
@@ -206,7 +208,7 @@ def test_corpus_with_wordpiece_vocab_whole_word_masking(python_docs, botchan_wor
     for doc in expected_documents(files, doc_per_file=True):
         tokens = [t for s in text.document_sentences(doc) for t in google_wordpiece(s, table, True)]
         if tokens:
-            by_split[build_corpus.split_of(build_corpus.content_key(doc), 0.2)].append(tokens)
+            by_split[split_of(content_key(doc), 0.2)].append(tokens)
     for split, dupes in (("train", 2), ("validation", 1)):
         rows = read_records(out, split)
         assert_covers(pieces_of(rows, cls=7, sep=8), by_split[split], dupes)
@@ -229,15 +231,15 @@ def test_corpus_with_wordpiece_vocab_whole_word_masking(python_docs, botchan_wor
 
 
 def test_reader_dynamic_masking_with_a_wordpiece_corpus(botchan, botchan_wordpiece, tmp_path):
-    from pipeline.input import make_dataset
+    from pipeline.input import DynamicMasking, InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     out = tmp_path / "wp"
     build(out, "--input", str(botchan), "--vocab", str(botchan_wordpiece), "--do_lower_case",
           "--seq_len", "33", "--max_predictions", "5", "--dupe_factor", "1")  # fmt: skip
     manifest = read_manifest(str(out))
-    ds = make_dataset(f"{out}/train-*", manifest=manifest, per_replica_batch_size=7, training=False, seed=3,
-                      dynamic_masking=True)  # fmt: skip
+    config = InputConfig(7, training=False, seed=3, dynamic_masking=DynamicMasking.for_corpus(manifest))
+    ds = make_dataset(manifest, "train", config)
     mask_id, special = 9, [0, 6, 7, 8, 9]
     masked = labels = 0
     for x, y, w in ds.take(10):

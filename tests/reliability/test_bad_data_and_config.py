@@ -16,10 +16,12 @@ from model.config import BertConfig
 from pipeline.schema import read_manifest
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
+
 
 @pytest.fixture(scope="module")
 def bert_json(small_corpus, tmp_path_factory) -> Path:
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab = read_manifest(str(small_corpus)).vocab.size
     path = tmp_path_factory.mktemp("bert") / "bert.json"
     path.write_text(BertConfig(vocab, 24, 1, 3, 44, max_position=40).to_json())
     return path
@@ -44,7 +46,7 @@ def copy_of(small_corpus: Path, folder: Path) -> Path:
 
 
 def first_shard(corpus: Path) -> Path:
-    return corpus / read_manifest(str(corpus))["splits"]["train"]["shards"][0]["file"]
+    return Path(read_manifest(str(corpus)).files("train")[0])
 
 
 def truncate(corpus: Path) -> str:
@@ -145,13 +147,14 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from launch.config import TrainConfig
-from launch.train import TrainError, prepare
+from common.errors import BertbeamError
+from launch.train import prepare
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 try:
     data, model_dir, bert = sys.argv[1:4]
     prepare(TrainConfig(data=data, model_dir=model_dir, bert_config=bert, global_batch_size=9), strategy)
-except TrainError as e:
+except BertbeamError as e:
     print(f"error: {e}")
 """
 

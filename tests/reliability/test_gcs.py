@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
@@ -21,6 +22,8 @@ from tests.reliability.gcs import GCS, download, objects, upload
 CORPUS_ARGS = ("--doc_per_file", "--vocab_size", "300", "--seq_len", "32", "--max_predictions", "5",
                "--dupe_factor", "2", "--num_shards", "3", "--validation_fraction", "0.3")  # fmt: skip
 TRAIN_STEPS = 30
+
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
 
 
 def run(argv: list[str], env: dict | None, log: Path) -> subprocess.Popen:

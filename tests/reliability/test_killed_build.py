@@ -12,11 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
 
 SHARD_GLOBS = ("train-*-of-*.tfrecord", "validation-*-of-*.tfrecord")
+
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
 
 
 def command(python_docs: Path, vocab: Path, out: Path) -> list[str]:

@@ -26,11 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN_STEPS = 200
 CHECKPOINT_EVERY = 10
 
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
+
 
 @pytest.fixture(scope="module")
 def command(small_corpus, tmp_path_factory):
     bert = tmp_path_factory.mktemp("bert") / "bert.json"
-    vocab = read_manifest(str(small_corpus))["vocab"]["size"]
+    vocab = read_manifest(str(small_corpus)).vocab.size
     bert.write_text(BertConfig(vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44,
                                max_position=32).to_json())  # fmt: skip
 

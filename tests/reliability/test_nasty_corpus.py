@@ -11,10 +11,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pipeline import build_corpus, text
+import pytest
+
+from pipeline import text
+from pipeline.config import CorpusConfig
 from pipeline.vocab import SentencePieceVocab
 from tests.conftest import REPO, build, read_records
 from tests.corpus_checks import assert_covers, pieces_of
+
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
 
 NASTY_ARGS = ("--seq_len", "96", "--max_predictions", "5", "--dupe_factor", "1", "--validation_fraction", "0")
 
@@ -39,7 +44,7 @@ def nasty_corpus(folder: Path) -> list[str]:
     cut = gzip.compress("".join(f"Cut short {i}. " for i in range(5000)).encode())
     (folder / "cut.txt.gz").write_bytes(cut[: len(cut) // 2])
     (folder / "dup.txt").write_text("Windows line one.\nWindows line two.\n")
-    piece = build_corpus.CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=100).max_line_bytes
+    piece = CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=100).max_line_bytes
     pieces = [long_line.encode()[i : i + piece].decode() for i in range(0, len(long_line.encode()), piece)]
     return [
         "Windows line one.\nWindows line two.",

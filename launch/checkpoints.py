@@ -1,0 +1,189 @@
+"""Checkpoints: what a run saves to resume exactly, and the weights a run can start from.
+
+    checkpoints = Checkpoints(model, optimizer, f"{model_dir}/checkpoints", keep=3)
+    step = checkpoints.restore()          # the newest checkpoint, if any: optimizer updates done
+    checkpoints.save(step)
+    warm_start(model, "hf:out/hf")        # weights only: a bertbeam run, Google BERT, Hugging Face
+    read_bert_config("bert_config.json")  # ours, Google's or Hugging Face's config format
+
+Keras 3 models are not `tf.train` trackables (a `tf.train.Checkpoint(model=model)` saves no weight
+at all), so a checkpoint holds their `tf.Variable`s in dicts with stable keys (`model_variables`,
+`optimizer_variables`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import re
+
+import keras
+import tensorflow as tf
+
+from common.errors import BertbeamError
+from launch.google_checkpoint import (
+    GoogleCheckpointError,
+    google_bert_config,
+    is_google_checkpoint,
+    load_google_checkpoint,
+)
+from launch.hf_checkpoint import HFCheckpointError, hf_bert_config, is_hf_config, load_hf_checkpoint
+from model.bert import weights_by_path
+from model.config import BertConfig
+
+HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT folder
+
+
+class CheckpointError(BertbeamError):
+    """A checkpoint that cannot be read into this model; one line naming it and the cause."""
+
+
+class DiskFullError(BertbeamError):
+    """The disk under the run filled up; what is already written stays usable."""
+
+
+# === Saving and resuming ===
+
+
+class Checkpoints:
+    """Model and optimizer variables, saved atomically by tf.train.CheckpointManager: a run killed
+    mid-save leaves the previous checkpoint as the latest, since the `checkpoint` index file is
+    replaced only after the new files are complete."""
+
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, folder: str, keep: int):
+        self.optimizer = optimizer
+        self.checkpoint = tf.train.Checkpoint(
+            model=model_variables(model), optimizer=optimizer_variables(optimizer)
+        )
+        self.manager = tf.train.CheckpointManager(self.checkpoint, folder, max_to_keep=keep)
+
+    def restore(self) -> int:
+        """Restores the latest checkpoint, if any; returns the optimizer updates done so far."""
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_consumed()
+        return int(self.optimizer.iterations.numpy())
+
+    def save(self, step: int) -> str:
+        try:
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            if not _out_of_space(e):
+                raise
+            kept = self.manager.latest_checkpoint or "none yet"
+            raise DiskFullError(
+                f"{self.manager.directory}: no space left on the device writing checkpoint "
+                f"{step}; the newest complete one ({kept}) is untouched: free space and re-run to resume"
+            ) from None
+
+
+def _out_of_space(error: Exception) -> bool:
+    return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
+
+
+@contextlib.contextmanager
+def out_of_space_is_one_line(model_dir: str):
+    """A full disk under the logs or history (checkpoints say more, in `Checkpoints.save`)."""
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as e:
+        if not _out_of_space(e):
+            raise
+        raise DiskFullError(
+            f"--model_dir {model_dir}: no space left on the device; checkpoints already written are "
+            "complete: free space and re-run to resume"
+        ) from None
+
+
+def model_variables(model: keras.Model) -> dict:
+    """The model's tf.Variables under stable keys: trainable weights by their Keras path (stable,
+    because every layer is named); other state (dropout RNG seeds) by position, since its
+    auto-generated names carry a process-wide counter (`seed_generator_20`) that differs when a
+    process builds a second model."""
+    named = {path: weight.value for path, weight in weights_by_path(model).items()}
+    named.update({f"state/{i}": v.value for i, v in enumerate(model.non_trainable_variables)})
+    return _unique(named, model.variables)
+
+
+def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> dict:
+    """Step counter and slots, keyed by path without the counter suffix that a second optimizer
+    in one process gets (`adam_w_1/...` -> `adam_w/...`)."""
+
+    def key(path: str) -> str:
+        owner, _, rest = path.partition("/")
+        return f"{re.sub(r'_[0-9]+$', '', owner)}/{rest}"
+
+    return _unique({key(v.path): v.value for v in optimizer.variables}, optimizer.variables)
+
+
+def _unique(named: dict, variables) -> dict:
+    if len(named) != len(variables):
+        raise RuntimeError("two variables share a checkpoint key")
+    return named
+
+
+# === Starting from other weights ===
+
+
+def read_weights(model: keras.Model, path: str) -> None:
+    """The weights of a bertbeam checkpoint; `CheckpointError` (with the first line of the cause)
+    when the checkpoint does not fit the model."""
+    try:
+        weights = {p: w.value for p, w in weights_by_path(model).items()}
+        status = tf.train.Checkpoint(model=weights).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
+        cause = str(e).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path}: does not fit this model ({cause})") from None
+
+
+def warm_start(model: keras.Model, source: str) -> None:
+    """Weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint, a
+    Google BERT release (its folder, or a bert_model.ckpt prefix), or `hf:DIR`, a Hugging Face
+    BERT folder (config.json + model.safetensors). Errors name --init_checkpoint."""
+    source = source.rstrip("/")
+    try:
+        if source.startswith(HF_PREFIX):
+            fresh = load_hf_checkpoint(model, source.removeprefix(HF_PREFIX))
+            if fresh:
+                print(f"warm start: {source} has no {', '.join(fresh)}; those start fresh", flush=True)
+            return
+        path = _checkpoint_path(source)
+        if is_google_checkpoint(path):
+            load_google_checkpoint(model, path)
+        else:
+            read_weights(model, path)
+    except (CheckpointError, GoogleCheckpointError, HFCheckpointError) as e:
+        raise CheckpointError(f"--init_checkpoint {e}") from None
+
+
+def _checkpoint_path(source: str) -> str:
+    """The checkpoint prefix in a run's folder, a checkpoints folder, a Google release folder, or
+    `source` itself when it is a prefix."""
+    path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
+    if path is None and tf.io.gfile.exists(f"{source}/bert_model.ckpt.index"):
+        path = f"{source}/bert_model.ckpt"  # an unpacked google-research/bert release
+    if path is None and tf.io.gfile.exists(f"{source}.index"):
+        path = source
+    if path is None:
+        raise CheckpointError(f"{source}: no checkpoint found there")
+    return path
+
+
+def read_bert_config(path: str) -> BertConfig:
+    """A model shape from Hugging Face's config.json, google-research/bert's bert_config.json or
+    our BertConfig JSON, told apart by their fields."""
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    try:
+        if is_hf_config(raw):
+            return hf_bert_config(path)
+        if "num_hidden_layers" in raw:
+            return google_bert_config(path)
+        return BertConfig.from_json(text)
+    except BertbeamError as e:
+        raise CheckpointError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None

@@ -1,0 +1,81 @@
+"""A run's folder (`--model_dir`): the names of everything a run writes there, written atomically,
+and the run read back (its configuration and model shape) by whatever comes after it (export).
+
+    model_dir/  config.json  bert_config.json  checkpoints/  logs/{train,validation}/  history.jsonl
+                eval.json  loss.png  summary.json  export/  trace/ (--trace_batches)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import tensorflow as tf
+
+from common.errors import BertbeamError
+from common.files import write_atomically
+from launch.config import TrainConfig
+from model.config import BertConfig
+
+CONFIG = "config.json"  # the TrainConfig of the latest start
+BERT_CONFIG = "bert_config.json"  # the model's shape, resolved from --preset or --bert_config
+HISTORY = "history.jsonl"  # a row per log interval
+EVAL = "eval.json"  # the final evaluation on the whole validation split
+SUMMARY = "summary.json"
+LOSS_PLOT = "loss.png"
+
+
+class RunDirError(BertbeamError):
+    """Not a run folder, or one without what is asked of it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    path: str  # local or gs://
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", self.path.rstrip("/"))
+
+    def file(self, name: str) -> str:
+        return f"{self.path}/{name}"
+
+    @property
+    def checkpoints(self) -> str:
+        return self.file("checkpoints")
+
+    @property
+    def logs(self) -> str:
+        return self.file("logs")
+
+    @property
+    def export(self) -> str:
+        return self.file("export")
+
+    @property
+    def trace(self) -> str:
+        return self.file("trace")
+
+    def write(self, name: str, text: str) -> None:
+        write_atomically(self.file(name), text)
+
+    def write_json(self, name: str, value) -> None:
+        self.write(name, json.dumps(value, indent=2, sort_keys=True))
+
+    def read_config(self) -> TrainConfig:
+        """The configuration the run was (last) started with."""
+        return TrainConfig.from_json(self._read(CONFIG), source=self.file(CONFIG))
+
+    def read_bert_config(self) -> BertConfig:
+        return BertConfig.from_json(self._read(BERT_CONFIG))
+
+    def latest_checkpoint(self) -> str:
+        path = tf.train.latest_checkpoint(self.checkpoints)
+        if path is None:
+            raise RunDirError(f"--model_dir {self.path}: no checkpoint yet in {self.checkpoints}")
+        return path
+
+    def _read(self, name: str) -> str:
+        if not tf.io.gfile.exists(self.file(name)):
+            raise RunDirError(f"--model_dir {self.path}: no {name} (not a launch.pretrain run)")
+        with tf.io.gfile.GFile(self.file(name)) as f:
+            return f.read()

@@ -1,0 +1,108 @@
+"""`tf.train.Example` bytes for the schema's rows, encoded column-wise with numpy.
+
+Building one protobuf message per row costs ~100 us, four times all the other per-instance work of
+the corpus build together; encoding each feature column once with numpy costs ~10 us per row. The
+bytes are exactly protobuf's `Example.SerializeToString(deterministic=True)`
+(tests/pipeline/test_tfexample.py holds us to that), so any TFRecord reader parses them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+
+from pipeline.schema import FEATURES, feature_lengths
+
+
+def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Protobuf varint bytes of every value of an (N, L) non-negative int64 array.
+
+    Returns (data, lengths): each row's bytes back to back in `data`, and bytes per row.
+    """
+    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
+    dtype = np.uint32 if width <= 4 else np.uint64  # token ids fit 32 bits: half the traffic
+    v = values.astype(dtype)
+    n_bytes = np.ones(v.shape, np.uint8)
+    for k in range(1, width):
+        n_bytes += v >= dtype(1) << dtype(7 * k)
+    k = np.arange(width, dtype=dtype)  # (K,)
+    groups = ((v[..., None] >> (dtype(7) * k)) & dtype(0x7F)).astype(np.uint8)  # (N, L, K)
+    groups |= (k < n_bytes[..., None] - 1).astype(np.uint8) << 7  # continuation bit
+    present = k < n_bytes[..., None]
+    return groups[present], n_bytes.sum(axis=1, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _varint(n: int) -> bytes:
+    out, rest = bytearray(), n
+    while rest >= 0x80:
+        out.append((rest & 0x7F) | 0x80)
+        rest >>= 7
+    out.append(rest)
+    return bytes(out)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _entry_prefix(name: str, kind: bytes, packed_bytes: int) -> bytes:
+    """The bytes of one feature-map entry up to its packed values (cached per packed length)."""
+    key = b"\x0a" + _varint(len(name)) + name.encode()  # entry.key = 1
+    values_header = b"\x0a" + _varint(packed_bytes)  # Int64List/FloatList.value = 1, packed
+    feature_header = kind + _varint(len(values_header) + packed_bytes)  # Feature.<kind>
+    feature_bytes = len(feature_header) + len(values_header) + packed_bytes
+    value_header = b"\x12" + _varint(feature_bytes)  # entry.value = 2
+    entry_bytes = len(key) + len(value_header) + feature_bytes
+    return (
+        b"\x0a" + _varint(entry_bytes) + key + value_header + feature_header + values_header
+    )  # Features.feature = 1
+
+
+def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> list[bytes]:
+    """Serialized `tf.train.Example`s, one per row of the (N, length) arrays in `rows`.
+
+    Features go in sorted name order, as deterministic serialization orders the map: plain
+    `SerializeToString()` orders it differently from process to process, and the same seed must
+    give the same bytes in every process.
+    """
+    lengths = feature_lengths(seq_len, max_predictions)
+    n = None
+    columns = []  # per feature, sorted by name: (name, kind, packed data, row offsets)
+    for f in sorted(FEATURES, key=lambda f: f.name):
+        values = np.asarray(rows[f.name])
+        if values.ndim != 2 or values.shape[1] != lengths[f.name]:
+            raise ValueError(f"feature {f.name}: expected length {lengths[f.name]}, found {values.shape[-1]}")
+        if n is None:
+            n = len(values)
+        if f.dtype == "int64":
+            if values.size and values.min() < 0:
+                raise ValueError(f"feature {f.name}: negative values are not supported")
+            data, row_bytes = _varint_columns(values)
+            kind = b"\x1a"  # Feature.int64_list = 3
+        else:
+            data = values.astype("<f4").reshape(-1).view(np.uint8)
+            row_bytes = np.full(len(values), 4 * values.shape[1])
+            kind = b"\x12"  # Feature.float_list = 2
+        offsets = np.concatenate([[0], np.cumsum(row_bytes)]).tolist()
+        columns.append((f.name, kind, data.tobytes(), offsets))
+    examples = []
+    for r in range(n or 0):
+        parts = []
+        for name, kind, data, offsets in columns:
+            start, end = offsets[r], offsets[r + 1]
+            parts.append(_entry_prefix(name, kind, end - start))
+            parts.append(data[start:end])
+        body = b"".join(parts)
+        examples.append(b"\x0a" + _varint(len(body)) + body)  # Example.features = 1
+    return examples
+
+
+def serialize_example(arrays: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> bytes:
+    """One instance as a serialized `tf.train.Example`; refuses a wrong length."""
+    rows = {}
+    for name, values in arrays.items():
+        values = np.asarray(values)
+        if values.ndim != 1:
+            raise ValueError(f"feature {name}: expected a vector, found shape {values.shape}")
+        rows[name] = values[None]
+    return serialize_examples(rows, seq_len, max_predictions)[0]

@@ -1,0 +1,543 @@
+"""The corpus build's stages, each a small named Beam transform (`build_corpus.py` wires them):
+
+  1 ReadDocuments        files (or a tfds split) -> normalised documents, per-file stats
+  2 DeduplicateDocuments documents -> (content key, document), exact copies counted
+  3 TrainVocab           keyed documents -> a sentencepiece VocabFile from a seeded sample
+  4 TokenizeDocuments    (key, document) -> (split, TokenizedDoc): sentences split and encoded once
+  5 make_plan            token totals -> packing groups and shard counts per split
+  6 CreateInstances      (split, TokenizedDoc) -> sorted part files per shard, and stats
+  7 WriteShards          part files -> one TFRecord per shard, written under _tmp/ and renamed
+  8 write_manifest       shards, stats, vocab, plan -> manifest.json, written last
+
+Stats travel as `Counter`s on a "stats" output and are summed once (`SumCounters`); each is also a
+Beam counter in the `bertbeam` namespace, so a Dataflow job shows them as it runs.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import gzip
+import itertools
+import logging
+import zlib
+from collections import Counter
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from common.errors import BertbeamError
+from common.files import write_atomically
+from pipeline import schema, text
+from pipeline.config import CorpusConfig
+from pipeline.instances import SpecialIds, TokenizedDoc, create_instances
+from pipeline.keys import content_key, seeded_key, split_of
+from pipeline.masking import MaskingTables
+from pipeline.parts import TMP_DIR, part_path, read_part, shard_name, write_part
+from pipeline.tfexample import serialize_examples
+from pipeline.vocab import KINDS, VocabFile, train_sentencepiece
+
+log = logging.getLogger("bertbeam.corpus")
+
+
+class BadInputError(BertbeamError):
+    """Input that cannot be used; the message is one line naming the file and the cause."""
+
+
+def _count(stats: Counter) -> Counter:
+    for name, value in stats.items():
+        Metrics.counter("bertbeam", name).inc(value)
+    return stats
+
+
+class SumCounters(beam.CombineFn):
+    def create_accumulator(self):
+        return Counter()
+
+    def add_input(self, acc, stats):
+        acc.update(stats)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        total = Counter()
+        for acc in accumulators:
+            total.update(acc)
+        return total
+
+    def extract_output(self, acc):
+        return dict(acc)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. ReadDocuments
+
+
+@contextlib.contextmanager
+def _open_decompressed(path: str):
+    """A binary stream of the file's text, decompressed by extension.
+
+    Python's own gzip/bz2 readers, not Beam's CompressedFile, because only they offer
+    readline(size), which the bounded line reader needs.
+    """
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f
+        elif path.endswith(".bz2"):
+            with bz2.BZ2File(raw, mode="rb") as f:
+                yield f
+        else:
+            yield raw
+
+
+class ReadFileDocuments(beam.DoFn):
+    """A file -> its normalised documents, streamed line by line; a "stats" output per file."""
+
+    def __init__(self, cfg: CorpusConfig):
+        self._cfg = cfg
+
+    def _documents(self, path: str, stats: Counter):
+        with _open_decompressed(path) as f:
+            if text.looks_binary(f.read(text.SNIFF_BYTES)):
+                raise BadInputError(f"{path}: looks binary, not UTF-8 text")
+        with _open_decompressed(path) as f:
+            lines = text.iter_lines(f, self._cfg.max_line_bytes, stats)
+            if self._cfg.format == "jsonl":
+                yield from text.jsonl_documents(
+                    lines,
+                    text_field=self._cfg.text_field,
+                    max_document_chars=self._cfg.max_document_chars,
+                    stats=stats,
+                )
+            else:
+                yield from text.text_documents(
+                    lines,
+                    doc_per_file=self._cfg.doc_per_file,
+                    max_document_chars=self._cfg.max_document_chars,
+                    stats=stats,
+                )
+
+    def process(self, path: str):
+        stats = Counter({"input/files": 1})
+        documents = 0
+        try:
+            for document in self._documents(path, stats):
+                documents += 1
+                yield document
+        except (OSError, EOFError, zlib.error, BadInputError) as e:
+            cause = str(e) if isinstance(e, BadInputError) else f"{path}: unreadable ({e})"
+            if self._cfg.on_bad_file == "fail":
+                raise BadInputError(f"{cause}; remove it or pass --on_bad_file=skip") from None
+            reason = "binary" if "binary" in cause else "unreadable"
+            stats[f"skipped/bad_file_{reason}"] += 1
+            log.warning("skipping %s", cause)
+        if documents == 0 and not any(k.startswith("skipped/bad_file") for k in stats):
+            stats["skipped/empty_file"] += 1
+        stats["input/documents"] += documents
+        log.info("read %s: %d documents", path, documents)
+        yield beam.pvalue.TaggedOutput("stats", _count(stats))
+
+
+class ReadTfdsDocuments(beam.PTransform):
+    """A tensorflow-datasets split -> normalised documents from its text field."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self._cfg = cfg
+
+    def expand(self, pipeline):
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder(self._cfg.tfds_name, data_dir=self._cfg.tfds_data_dir)
+        return (
+            pipeline
+            | "ReadFromTFDS" >> tfds.beam.ReadFromTFDS(builder, split=self._cfg.tfds_split)
+            | "AsNumpy" >> beam.Map(tfds.as_numpy)
+            | "ExtractText" >> beam.ParDo(_ExtractField(self._cfg)).with_outputs("stats", main="docs")
+        )
+
+
+class _ExtractField(beam.DoFn):
+    def __init__(self, cfg: CorpusConfig):
+        self._cfg = cfg
+
+    def process(self, example):
+        stats = Counter()
+        value = example.get(self._cfg.text_field) if isinstance(example, dict) else None
+        if isinstance(value, bytes):
+            value = text.decode_line(value, stats)
+        if not isinstance(value, str):
+            stats["skipped/missing_text_field"] += 1
+        else:
+            for document in text.field_document(
+                value, max_document_chars=self._cfg.max_document_chars, stats=stats
+            ):
+                stats["input/documents"] += 1
+                yield document
+        yield beam.pvalue.TaggedOutput("stats", _count(stats))
+
+
+class ReadDocuments(beam.PTransform):
+    """Input globs (or a tfds split) -> documents (str), plus per-file stats."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self._cfg = cfg
+
+    def expand(self, pipeline):
+        if self._cfg.format == "tfds":
+            return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
+        return (
+            pipeline
+            | "Patterns" >> beam.Create(list(self._cfg.input_patterns))
+            | "MatchFiles" >> fileio.MatchAll()
+            | "Paths" >> beam.Map(lambda metadata: metadata.path)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadFiles" >> beam.ParDo(ReadFileDocuments(self._cfg)).with_outputs("stats", main="docs")
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. DeduplicateDocuments
+
+
+class _KeepOneCount(beam.CombineFn):
+    """(text, copies): identical texts are identical, so which copy is kept does not matter."""
+
+    def create_accumulator(self):
+        return (None, 0)
+
+    def add_input(self, acc, document):
+        return (acc[0] if acc[0] is not None else document, acc[1] + 1)
+
+    def merge_accumulators(self, accumulators):
+        kept, copies = None, 0
+        for document, n in accumulators:
+            kept = kept if kept is not None else document
+            copies += n
+        return (kept, copies)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _unique_with_stats(keyed):
+    key, (document, copies) = keyed
+    if copies > 1:
+        yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/duplicate_document": copies - 1})))
+    yield key, document
+
+
+class DeduplicateDocuments(beam.PTransform):
+    """documents -> (content key, document), exact duplicates removed and counted."""
+
+    def expand(self, docs):
+        return (
+            docs
+            | "KeyByContent" >> beam.Map(lambda d: (content_key(d), d))
+            | "KeepOne" >> beam.CombinePerKey(_KeepOneCount())
+            | "DropDuplicates" >> beam.FlatMap(_unique_with_stats).with_outputs("stats", main="docs")
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. TrainVocab
+
+
+class TrainVocab(beam.PTransform):
+    """Keyed documents -> one `VocabFile`: a sentencepiece model trained on a seeded sample.
+
+    The sample is the --vocab_sample_sentences sentences with the smallest seeded hash: the same on
+    every runner, bounded in memory, and spread over the whole corpus.
+    """
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self._cfg = cfg
+
+    def expand(self, keyed_docs):
+        cfg = self._cfg
+        return (
+            keyed_docs
+            | "Sentences" >> beam.FlatMap(lambda kd: text.document_sentences(kd[1]))
+            | "KeyBySeededHash" >> beam.Map(lambda s: (seeded_key(cfg.seed, content_key(s)), s))
+            | "Sample" >> beam.combiners.Top.Of(cfg.vocab_sample_sentences, reverse=True)
+            | "Train" >> beam.Map(_train_on_sample, cfg)
+        )
+
+
+def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> VocabFile:
+    if not sample:
+        raise BadInputError(
+            "no text to train a vocab on: every input document was empty or skipped; check --input"
+        )
+    sentences = [s for _, s in sample]
+    model = train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
+    return VocabFile("sentencepiece", model)
+
+
+def write_vocab(vocab_file: VocabFile, output_dir: str, trained: bool) -> schema.VocabInfo:
+    vocab = vocab_file.load()
+    write_atomically(f"{output_dir}/{vocab_file.file_name}", vocab_file.data)
+    return vocab.describe(vocab_file.file_name, trained)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. TokenizeDocuments
+
+
+class TokenizeDocuments(beam.DoFn):
+    """(key, document) -> (split, TokenizedDoc): split into sentences, encoded once."""
+
+    def __init__(self, cfg: CorpusConfig):
+        self._cfg = cfg
+        self._loaded = None
+
+    def process(self, keyed_doc, vocab_file):
+        if self._loaded is None or self._loaded[0] != vocab_file:
+            self._loaded = (vocab_file, vocab_file.load())  # arrives as a side input: load once
+        key, document = keyed_doc
+        encoded = [ids for ids in self._loaded[1].encode(text.document_sentences(document)) if ids]
+        if not encoded:
+            yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/no_tokens": 1})))
+            return
+        lengths = np.array([len(ids) for ids in encoded], np.int32)
+        tokens = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(lengths.sum()))
+        yield split_of(key, self._cfg.validation_fraction), TokenizedDoc(key, tokens, lengths)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. PlanGroups: how many packing groups and shards each split gets, from its token count.
+
+
+class PlanGroups(beam.PTransform):
+    """(split, TokenizedDoc) -> one plan: the tokens per split decide groups and shard counts."""
+
+    def __init__(self, cfg: CorpusConfig):
+        super().__init__()
+        self._cfg = cfg
+
+    def expand(self, docs):
+        return (
+            docs
+            | "TokensPerDoc" >> beam.Map(lambda sd: (sd[0], len(sd[1].tokens)))
+            | "SumTokens" >> beam.CombinePerKey(sum)
+            | "TokensBySplit" >> beam.combiners.ToDict()
+            | "Plan" >> beam.Map(make_plan, self._cfg)
+        )
+
+
+def make_plan(token_totals: dict, cfg: CorpusConfig) -> dict:
+    """Per split: tokens, packing groups, shards. A pure function of the token counts."""
+    plan = {}
+    for split in schema.SPLITS:
+        tokens = int(token_totals.get(split, 0))
+        dupes = cfg.dupe_factor if split == "train" else 1
+        estimated_instances = dupes * -(-tokens // (cfg.seq_len - 2))
+        requested = cfg.num_shards if split == "train" else cfg.num_validation_shards
+        shards = requested or max(1, -(-estimated_instances // cfg.records_per_shard))
+        plan[split] = {
+            "tokens": tokens,
+            "groups": max(1, tokens // cfg.group_tokens),
+            "shards": shards if tokens else 0,
+            "dupes": dupes,
+        }
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. CreateInstances
+
+
+class CreateGroupInstances(beam.DoFn):
+    """((split, group), docs) -> ((split, shard), part file) per shard, and stats.
+
+    One numpy pass per dupe over the whole group: pack or pair, then mask, then serialize. A seeded
+    sort key per record both shuffles globally and picks the shard. Records leave this step in
+    sorted part files (one per shard), not through the shuffle: the shuffle then carries file
+    names, so no runner holds the records in memory, and each shard is a streaming merge.
+    """
+
+    def __init__(self, cfg: CorpusConfig):
+        self._cfg = cfg
+        self._loaded = None
+
+    def _tables(self, vocab_file):  # the vocab arrives as a side input: loaded once per worker
+        if self._loaded is None or self._loaded[0] != vocab_file:
+            vocab = vocab_file.load()
+            ids = SpecialIds(
+                pad=vocab.special_ids["pad"],
+                cls=vocab.special_ids["cls"],
+                sep=vocab.special_ids["sep"],
+            )
+            self._loaded = (vocab_file, MaskingTables.from_vocab(vocab), ids)
+        return self._loaded[1], self._loaded[2]
+
+    def process(self, grouped, vocab_file, plan):
+        cfg = self._cfg
+        (split, group), docs = grouped
+        docs = sorted(docs, key=lambda d: d.key)  # arrival order must not matter
+        tables, ids = self._tables(vocab_file)
+        split_plan = plan[split]
+        stats = Counter({f"{split}/documents": len(docs)})
+        by_shard: dict[int, list] = {}
+        split_index = schema.SPLITS.index(split)
+        for dupe in range(split_plan["dupes"]):
+            rng = np.random.default_rng([cfg.seed, split_index, group, dupe])
+            rows = create_instances(docs, cfg=cfg, tables=tables, ids=ids, rng=rng)
+            n = len(rows["input_ids"])
+            sort_keys = rng.integers(0, 2**63, size=n, dtype=np.int64).tolist()
+            records = serialize_examples(rows, cfg.seq_len, cfg.max_predictions)
+            for sort_key, record in zip(sort_keys, records, strict=True):
+                by_shard.setdefault(sort_key % split_plan["shards"], []).append((sort_key, record))
+            real = int(rows["input_mask"].sum())
+            stats[f"{split}/instances"] += n
+            stats[f"{split}/real_tokens"] += real
+            stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
+            stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
+            stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
+        for shard, records in sorted(by_shard.items()):
+            path = part_path(cfg.output_dir, split, shard, group)
+            write_part(path, sorted(records))  # rewritten identically if the bundle is retried
+            yield (split, shard), path
+        yield beam.pvalue.TaggedOutput("stats", _count(stats))
+
+
+def _group_of(split_doc, plan):
+    split, doc = split_doc
+    return (split, doc.key % plan[split]["groups"]), doc
+
+
+class CreateInstances(beam.PTransform):
+    """(split, TokenizedDoc) -> ((split, shard), part file) for every part, and stats."""
+
+    def __init__(self, cfg: CorpusConfig, vocab, plan):
+        super().__init__()
+        self._cfg = cfg
+        self._vocab = vocab  # side input: the VocabFile
+        self._plan = plan  # side input: make_plan's dict
+
+    def expand(self, docs):
+        return (
+            docs
+            | "AssignGroups" >> beam.Map(_group_of, plan=self._plan)
+            | "GroupDocuments" >> beam.GroupByKey()
+            | "PackAndMask"
+            >> beam.ParDo(CreateGroupInstances(self._cfg), self._vocab, self._plan).with_outputs(
+                "stats", main="records"
+            )
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. WriteShards
+
+
+class WriteShard(beam.DoFn):
+    """((split, shard), part files) -> one TFRecord file, records in sort-key order.
+
+    The parts of a shard are loaded together (about --records_per_shard records with automatic
+    shard counts) and ordered by their seeded keys. Written under _tmp/ and renamed into place, so
+    a killed run leaves no partial shard under a final name. (Beam's WriteToTFRecord assigns
+    records to shards by arrival, which would break byte-identical output across worker counts;
+    here the shard and order come from the seed.)
+    """
+
+    def __init__(self, output_dir: str):
+        self._output_dir = output_dir
+
+    def process(self, keyed, plan):
+        import tensorflow as tf
+
+        (split, shard), paths = keyed
+        part_paths = sorted({p for p in paths if p is not None})  # None: a seed for an empty shard
+        parts = [read_part(p) for p in part_paths]
+        name = shard_name(split, shard, plan[split]["shards"])
+        tmp = f"{self._output_dir}/{TMP_DIR}/{name}"
+        tf.io.gfile.makedirs(f"{self._output_dir}/{TMP_DIR}")
+        order = sorted(
+            (key, p, int(ends[i - 1]) if i else 0, int(ends[i]))
+            for p, (keys, ends, _) in enumerate(parts)
+            for i, key in enumerate(keys.tolist())
+        )
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for _, p, start, end in order:
+                writer.write(parts[p][2][start:end])
+        size = tf.io.gfile.stat(tmp).length  # the reader compares it: a truncated copy is caught early
+        tf.io.gfile.rename(tmp, f"{self._output_dir}/{name}", overwrite=True)
+        for path in part_paths:
+            tf.io.gfile.remove(path)
+        Metrics.counter("bertbeam", "shards_written").inc()
+        log.info("wrote %s (%d records from %d parts)", name, len(order), len(parts))
+        yield {"split": split, "file": name, "records": len(order), "bytes": size}
+
+
+def _all_shard_keys(plan):
+    return [((split, s), None) for split in schema.SPLITS for s in range(plan[split]["shards"])]
+
+
+class WriteShards(beam.PTransform):
+    def __init__(self, output_dir: str, plan):
+        super().__init__()
+        self._output_dir = output_dir
+        self._plan = plan
+
+    def expand(self, records):
+        # Every shard gets a file, also one that no record hashed to.
+        seeds = (
+            records.pipeline
+            | "ShardSeed" >> beam.Create([None])
+            | "AllShards" >> beam.FlatMap(lambda _, plan: _all_shard_keys(plan), plan=self._plan)
+        )
+        return (
+            (records, seeds)
+            | "WithEmptyShards" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(WriteShard(self._output_dir), self._plan)
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. WriteManifest
+
+
+class WriteManifest(beam.PTransform):
+    """Shard descriptions -> manifest.json, once every shard is written (side inputs: the summed
+    stats, the vocab's VocabInfo, the plan)."""
+
+    def __init__(self, cfg: CorpusConfig, stats, vocab_info, plan):
+        super().__init__()
+        self._cfg = cfg
+        self._inputs = {"stats": stats, "vocab_info": vocab_info, "plan": plan}
+
+    def expand(self, shards):
+        return (
+            shards
+            | "CollectShards" >> beam.combiners.ToList()
+            | "Write" >> beam.FlatMap(write_manifest, cfg=self._cfg, **self._inputs)
+        )
+
+
+def write_manifest(shards, cfg, stats, vocab_info, plan):
+    """Removes what an earlier build left that this one did not write (shards with other counts,
+    the other vocab kind, _tmp/), then writes manifest.json: last, so a folder with a manifest is
+    a complete build."""
+    import tensorflow as tf
+
+    manifest = schema.build_manifest(cfg, shards, stats, vocab_info, plan)
+    current = {s["file"] for s in shards}
+    for split in schema.SPLITS:
+        for path in tf.io.gfile.glob(f"{cfg.output_dir}/{split}-*-of-*.tfrecord"):
+            if path.rsplit("/", 1)[-1] not in current:
+                tf.io.gfile.remove(path)
+    for name in set(KINDS.values()) - {vocab_info.file}:
+        if tf.io.gfile.exists(f"{cfg.output_dir}/{name}"):
+            tf.io.gfile.remove(f"{cfg.output_dir}/{name}")
+    if tf.io.gfile.exists(f"{cfg.output_dir}/{TMP_DIR}"):
+        tf.io.gfile.rmtree(f"{cfg.output_dir}/{TMP_DIR}")
+    write_atomically(f"{cfg.output_dir}/{schema.MANIFEST_NAME}", manifest.to_json())
+    yield manifest
