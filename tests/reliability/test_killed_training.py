@@ -132,7 +132,10 @@ def test_sigkills_at_random_steps_and_mid_checkpoint_change_nothing(command, ref
     for n, target in enumerate(targets):
         resumed_from = checkpointed_step(resumed)
         process = start(command(resumed), tmp_path / f"segment{n}.log")
-        while logged_step(resumed) < target and process.poll() is None:
+        # Its own progress: history.jsonl still holds the rows a killed run logged past its last
+        # checkpoint until this run's first row replaces them, so wait for this run's trace too.
+        trace = resumed / "trace" / f"{process.pid}-0.tsv"
+        while (logged_step(resumed) < target or not trace.exists()) and process.poll() is None:
             time.sleep(0.01)
         process.send_signal(signal.SIGKILL)
         assert process.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
