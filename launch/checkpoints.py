@@ -21,7 +21,7 @@ import re
 import keras
 import tensorflow as tf
 
-from common.errors import BertbeamError
+from common.errors import BertbeamError, ConfigError
 from launch.google_checkpoint import (
     GoogleCheckpointError,
     google_bert_config,
@@ -100,9 +100,15 @@ def model_variables(model: keras.Model) -> dict:
     because every layer is named); other state (dropout RNG seeds) by position, since its
     auto-generated names carry a process-wide counter (`seed_generator_20`) that differs when a
     process builds a second model."""
-    named = {path: weight.value for path, weight in weights_by_path(model).items()}
+    named = _weight_values(model)
     named.update({f"state/{i}": v.value for i, v in enumerate(model.non_trainable_variables)})
     return _unique(named, model.variables)
+
+
+def _weight_values(model: keras.Model) -> dict:
+    """The tf.Variables behind the model's weights, by Keras path: what a checkpoint's "model"
+    holds, and all that a warm start or an export reads back."""
+    return {path: weight.value for path, weight in weights_by_path(model).items()}
 
 
 def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> dict:
@@ -129,8 +135,7 @@ def read_weights(model: keras.Model, path: str) -> None:
     """The weights of a bertbeam checkpoint; `CheckpointError` (with the first line of the cause)
     when the checkpoint does not fit the model."""
     try:
-        weights = {p: w.value for p, w in weights_by_path(model).items()}
-        status = tf.train.Checkpoint(model=weights).read(path)
+        status = tf.train.Checkpoint(model=_weight_values(model)).read(path)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
         cause = str(e).strip().splitlines()[0][:200]
@@ -185,5 +190,5 @@ def read_bert_config(path: str) -> BertConfig:
         if "num_hidden_layers" in raw:
             return google_bert_config(path)
         return BertConfig.from_json(text)
-    except BertbeamError as e:
-        raise CheckpointError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
+    except ConfigError as e:  # BertConfig's own checks do not know the file; the format readers do
+        raise CheckpointError(f"{path}: {e}") from None
