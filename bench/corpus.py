@@ -1,7 +1,8 @@
-"""Corpus pipeline throughput and memory on the Python 3.11 docs, at 1x, 4x and 8x the corpus.
+"""Corpus pipeline throughput and memory on the Python 3.11 docs, at 1x, 4x and 8x the corpus, and
+the cost of a word segmenter on Chinese text.
 
     .venv/bin/python bench/corpus.py            # or: make bench-corpus
-    .venv/bin/python bench/corpus.py --scales 1 --modes in_memory
+    .venv/bin/python bench/corpus.py --scales 1 --modes in_memory --corpora docs
 
 Prints, per scale and DirectRunner mode: documents/s, instances/s, MB of text per minute per core
 and peak RSS of the whole process tree (runner and workers), at seq_len 128, dupe_factor 5, with a
@@ -9,6 +10,11 @@ vocab trained once beforehand (its training time is printed on its own). The ref
 process: sentencepiece encoding alone of the same text on the same cores, and the ratio of the
 pipeline's per-core text rate to it. Copies of the corpus get a distinct first line each, so
 deduplication keeps them.
+
+Chinese (zh_reviews, ~7.4 MB): per DirectRunner mode, the whole-word build with a trained
+character WordPiece vocab, without a segmenter and with jieba, beside jieba alone on the same
+sentences on as many processes. Target: the jieba build takes at most 1.2x (build without a
+segmenter + jieba alone), i.e. segmentation runs in the pipeline at jieba's own speed.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.fetch_corpora import python_docs  # noqa: E402
+from pipeline.fetch_corpora import python_docs, zh_reviews  # noqa: E402
 from pipeline.schema import read_manifest  # noqa: E402
 
 RUN_ONE = """
@@ -114,13 +120,81 @@ def encode_only(model_path: str, folder: Path, cores: int) -> tuple[float, int]:
     return time.perf_counter() - start, tokens
 
 
+def _segment_chunk(documents: list[str]) -> int:
+    import logging
+
+    import jieba
+
+    from pipeline.text import document_sentences
+
+    jieba.setLogLevel(logging.WARNING)
+    tokenizer = jieba.Tokenizer()
+    return sum(
+        len(tokenizer.lcut(s, cut_all=False, HMM=True)) for d in documents for s in document_sentences(d)
+    )
+
+
+def segment_only(folder: Path, processes: int) -> tuple[float, int]:
+    """Seconds for jieba alone to segment every sentence of the distinct documents under `folder`
+    on `processes` processes (its dictionary load included, as each pipeline worker pays it)."""
+    # Distinct documents only: the pipeline deduplicates before it segments.
+    texts = (p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt")))
+    documents = sorted({d.strip() for t in texts for d in t.split("\n\n") if d.strip()})
+    jobs = [documents[i::processes] for i in range(processes)]
+    start = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        words = sum(pool.map(_segment_chunk, jobs))
+    return time.perf_counter() - start, words
+
+
+def chinese(data: str, modes: list[str], cores: int) -> None:
+    source = zh_reviews(data)
+    size = sum(p.stat().st_size for p in source.glob("*.txt"))
+    common = ["--whole_word_mask", "--seq_len", "128", "--max_predictions", "20", "--dupe_factor", "5"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs = str(source / "*.txt")
+        train = ["--input", inputs, "--output", str(tmp / "vocab_run"), "--vocab_size", "8000",
+                 "--vocab_model_type", "wordpiece", *common, "--dupe_factor", "1"]  # fmt: skip
+        seconds, _ = run_pipeline(train)
+        vocab = str(tmp / "vocab_run" / "vocab.txt")
+        print(f"\ncorpus: zh_reviews (Chinese), {size / 1e6:.1f} MB; "
+              f"WordPiece vocab (8000) trained in {seconds:.1f} s")  # fmt: skip
+        header = f"{'mode':>16} {'no segmenter s':>14} {'jieba s':>8} {'jieba alone s':>13} "
+        header += f"{'jieba/(none+alone)':>18} {'MB/min/core':>11} {'peak MiB':>8}"
+        print(header)
+        for mode in modes:
+            workers = 1 if mode == "in_memory" else cores
+            timed = {}
+            for segmenter in ("none", "jieba"):
+                out = tmp / f"zh_{mode}_{segmenter}"
+                timed[segmenter] = run_pipeline(
+                    ["--input", inputs, "--output", str(out), "--vocab", vocab, *common, "--word_segmenter",
+                     segmenter, "--direct_running_mode", mode, "--direct_num_workers", str(workers)]
+                )  # fmt: skip
+            alone, _ = segment_only(source, workers)
+            (none, _), (jieba, peak) = timed["none"], timed["jieba"]
+            rate = size / 1e6 / (jieba / 60) / workers
+            print(f"{mode:>16} {none:>14.1f} {jieba:>8.1f} {alone:>13.1f} {jieba / (none + alone):>18.2f} "
+                  f"{rate:>11.1f} {peak:>8.0f}")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--modes", nargs="+", default=["in_memory", "multi_processing"])
     parser.add_argument("--data", default=str(REPO / "data"))
+    parser.add_argument("--corpora", nargs="+", default=["docs", "zh"], choices=["docs", "zh"])
     args = parser.parse_args()
     cores = psutil.cpu_count(logical=True)
+    if "docs" in args.corpora:
+        docs(args, cores)
+    if "zh" in args.corpora:
+        chinese(args.data, args.modes, cores)
+    return 0
+
+
+def docs(args, cores: int) -> None:
     source = python_docs(args.data)
     common = ["--doc_per_file", "--seq_len", "128", "--max_predictions", "20", "--dupe_factor", "5"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,7 +257,6 @@ def main() -> int:
                     f"{scale:>4}x {mode:>16} {docs:>7} {instances:>9} {seconds:>7.1f} {docs / seconds:>8.1f} "
                     f"{instances / seconds:>8.0f} {rate:>11.1f} {rate / enc_rate:>9.2f} {peak:>8.0f}"
                 )
-    return 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
-from pipeline import schema
+from pipeline import schema, segment
 from pipeline.config import CorpusConfig
 from pipeline.transforms import (
     BadInputError,
@@ -59,7 +59,9 @@ PROG = "python -m pipeline.build_corpus"
 # === The pipeline ===
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile | None):
+def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile | None, segmenter: dict):
+    """The build's graph; `segmenter` is `segment.describe`'s record of --word_segmenter ({} for
+    none), from `check_segmenter`."""
     read = p | "ReadDocuments" >> ReadDocuments(cfg)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments()
 
@@ -71,7 +73,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     vocab_info = vocab | "WriteVocab" >> beam.Map(write_vocab, cfg.output_dir, given_vocab is None)
 
     tokenized = unique.docs | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocuments(cfg), vocab_si
+        TokenizeDocuments(cfg, segmenter), vocab_si
     ).with_outputs("stats", main="docs")
     plan_si = beam.pvalue.AsSingleton(tokenized.docs | "PlanGroups" >> PlanGroups(cfg))
 
@@ -88,6 +90,7 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
         stats=beam.pvalue.AsSingleton(stats),
         vocab_info=beam.pvalue.AsSingleton(vocab_info),
         plan=plan_si,
+        segmenter=segmenter,
     )
 
 
@@ -96,12 +99,13 @@ def build(cfg: CorpusConfig, options: PipelineOptions):
     (a Dataflow dry run returns without running)."""
     log.info("corpus config: %s", json.dumps(cfg.to_json_dict(), sort_keys=True))
     given_vocab = load_given_vocab(cfg)
+    segmenter = check_segmenter(cfg)
     dry_run = bool(options.get_all_options().get("dry_run"))
     if not dry_run:
         check_inputs(cfg)
         remove_stale_manifest(cfg.output_dir)
     p = beam.Pipeline(options=options)
-    build_pipeline(p, cfg, given_vocab)
+    build_pipeline(p, cfg, given_vocab, segmenter)
     result = p.run()
     if not dry_run:
         result.wait_until_finish()
@@ -131,6 +135,22 @@ def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
     except VocabError as e:
         raise VocabError(f"--vocab {cfg.vocab}: {e}") from None
     return vocab_file
+
+
+def check_segmenter(cfg: CorpusConfig) -> dict:
+    """--word_segmenter loaded once here (with --segmenter_dict), so that one that cannot be
+    imported or read fails in one line before the pipeline starts; returns what the manifest
+    records of it ({} for none)."""
+    dictionary = segment.read_dictionary(cfg.segmenter_dict)
+    segmenter = segment.load(cfg.word_segmenter, dictionary, cfg.segmenter_dict or "")
+    if segmenter is not None:
+        words = segmenter("分词检查 a check")
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise segment.SegmenterError(
+                f"--word_segmenter {cfg.word_segmenter}: returned {type(words).__name__}, "
+                "expected a list of str"
+            )
+    return segment.describe(cfg.word_segmenter, dictionary)
 
 
 def remove_stale_manifest(output_dir: str) -> None:
@@ -234,6 +254,11 @@ def summary(manifest: schema.Manifest) -> str:
     skipped = ", ".join(f"{k} {v}" for k, v in manifest.input["skipped"].items()) or "none"
     repaired = ", ".join(f"{k} {v}" for k, v in manifest.input["repaired"].items()) or "none"
     lines.append(f"  skipped: {skipped}; repaired: {repaired}")
+    encodings = manifest.input.get("encodings", {})
+    lines.append(f"  files by encoding: {', '.join(f'{k} {v}' for k, v in encodings.items()) or 'none'}")
+    if manifest.segmenter:
+        info = manifest.segmenter
+        lines.append(f"  whole words from {info['name']} {info['version'] or ''} ({info['mode']})")
     if not any(split.instances for split in manifest.splits.values()):
         lines.append("warning: no instances were written: every input document was empty or skipped")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from typing import Literal
 
 from common.cli import field
 from common.errors import need
+from pipeline.text import codec_name
 
 
 def _patterns(value: str) -> tuple[str, ...]:
@@ -41,9 +42,15 @@ class CorpusConfig:
     vocab: str | None = field(
         None, "an existing vocab with BERT's specials: a sentencepiece .model or Google's WordPiece vocab.txt"
     )
-    do_lower_case: bool = field(False, "WordPiece vocab.txt: lower-case and strip accents (uncased BERT)")
-    vocab_size: int | None = field(None, "instead of --vocab: train a sentencepiece vocab of this size")
-    vocab_model_type: Literal["unigram", "bpe"] = field("unigram", "sentencepiece algorithm when training")
+    do_lower_case: bool = field(
+        False, "WordPiece (given vocab.txt or --vocab_model_type wordpiece): lower-case and strip accents"
+    )
+    vocab_size: int | None = field(None, "instead of --vocab: train a vocab of this size")
+    vocab_model_type: Literal["unigram", "bpe", "wordpiece"] = field(
+        "unigram",
+        "trained vocab: sentencepiece unigram or bpe (vocab.model), or a Google-layout WordPiece vocab.txt "
+        "(every CJK character a token of its own)",
+    )
     vocab_sample_sentences: int = field(
         300_000, "sentences (those with the smallest seeded hash) the vocab is trained on"
     )
@@ -51,6 +58,15 @@ class CorpusConfig:
     max_predictions: int = field(20, "masked positions stored per instance (static)")
     masked_lm_prob: float = field(0.15, "share of non-special tokens to mask")
     whole_word_mask: bool = field(False, "mask all pieces of a word together")
+    word_segmenter: str = field(
+        "none",
+        "whole words from a segmenter: none (pieces' own word marks), jieba, or MODULE:FUNCTION "
+        "(a sentence -> its list of words); needs --whole_word_mask",
+        metavar="none|jieba|MODULE:FUNCTION",
+    )
+    segmenter_dict: str | None = field(
+        None, "jieba: a user dictionary (jieba's format: word [freq] [tag] per line), local or gs://"
+    )
     mode: Literal["full_sentences", "segment_pair"] = field(
         "full_sentences", "full_sentences: documents packed back to back (RoBERTa); segment_pair: A/B pairs"
     )
@@ -66,6 +82,11 @@ class CorpusConfig:
     group_tokens: int = field(1 << 19, "tokens per packing group: bounds a worker's memory per step")
     max_line_bytes: int = field(1 << 20, "longer lines are cut into pieces of this size (and counted)")
     max_document_chars: int = field(1 << 20, "longer documents are split (and counted)")
+    encoding: str = field(
+        "utf-8",
+        "encoding of input files without a byte-order mark, e.g. gb18030, big5, utf-16-le "
+        "(a UTF-8/16/32 BOM always decides)",
+    )
     on_bad_file: Literal["fail", "skip"] = field(
         "fail", "a binary or unreadable file: stop with an error naming it, or skip it and count it"
     )
@@ -85,10 +106,29 @@ class CorpusConfig:
             (self.vocab is None) != (self.vocab_size is None),
             "give exactly one of --vocab PATH (.model or WordPiece .txt) or --vocab_size N",
         )
-        need(
-            not self.do_lower_case or (self.vocab or "").endswith(".txt"),
-            "--do_lower_case applies to a WordPiece --vocab vocab.txt (sentencepiece normalizes itself)",
+        wordpiece = (self.vocab or "").endswith(".txt") or (
+            self.vocab is None and self.vocab_model_type == "wordpiece"
         )
+        need(
+            not self.do_lower_case or wordpiece,
+            "--do_lower_case applies to WordPiece (--vocab vocab.txt or --vocab_model_type wordpiece); "
+            "sentencepiece normalizes itself",
+        )
+        need(
+            self.word_segmenter == "none" or self.whole_word_mask,
+            f"--word_segmenter {self.word_segmenter} needs --whole_word_mask (it only decides masking units)",
+        )
+        need(
+            self.segmenter_dict is None or self.word_segmenter == "jieba",
+            "--segmenter_dict is a jieba user dictionary: it needs --word_segmenter jieba",
+        )
+        try:
+            codec_name(self.encoding)
+        except LookupError:
+            need(
+                False,
+                f"--encoding: unknown encoding {self.encoding!r} (Python codec names: gb18030, big5, ...)",
+            )
         need(
             self.vocab_size is None or self.vocab_size >= 16,
             f"--vocab_size: expected >= 16, found {self.vocab_size}",

@@ -38,6 +38,9 @@ class DynamicMasking:
     is_special: tuple[bool, ...]  # per token id: never masked, never drawn as a random token
     starts_word: tuple[bool, ...] | None  # per token id; None: mask single pieces
     masked_lm_prob: float = 0.15
+    # Whole-word units from the records' `word_starts` (a segmented corpus) instead of starts_word.
+    stored_units: bool = False
+    unk_id: int = -1  # [UNK] is never masked, but stays in its word's unit (stored_units)
 
     @classmethod
     def from_vocab(cls, vocab_file, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
@@ -48,6 +51,7 @@ class DynamicMasking:
         starts = tables.starts_word | tables.is_cjk
         return cls(
             mask_id=tables.mask_id,
+            unk_id=tables.unk_id,
             is_special=tuple(tables.is_special.tolist()),
             starts_word=tuple(starts.tolist()) if whole_word else None,
             masked_lm_prob=masked_lm_prob,
@@ -64,14 +68,18 @@ class DynamicMasking:
 
     @classmethod
     def for_corpus(cls, manifest: Manifest) -> DynamicMasking:
-        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate."""
+        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate;
+        a segmented corpus's units come from its records (`word_starts`)."""
         from pipeline.vocab import VocabFile
 
-        return cls.from_vocab(
+        masking = cls.from_vocab(
             VocabFile.of_corpus(manifest),
             whole_word=manifest.whole_word_mask,
             masked_lm_prob=manifest.masked_lm_prob,
         )
+        if manifest.whole_word_mask and manifest.word_starts:
+            masking = dataclasses.replace(masking, starts_word=None, stored_units=True)
+        return masking
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +160,13 @@ def make_dataset(
     """
     files = shard_files(manifest, split, input_context)
     check_shards(manifest, split, files)
-    spec = schema.parsing_spec(manifest.seq_len, manifest.max_predictions)
+    spec = schema.parsing_spec(manifest.seq_len, manifest.max_predictions, manifest.word_starts)
     seed, masking, batch_size = config.seed, config.dynamic_masking, config.per_replica_batch_size
+    if masking is not None and masking.stored_units and not manifest.word_starts:
+        raise InputError(
+            f"{manifest.path}: dynamic masking by segmenter units needs records with word_starts; "
+            "rebuild the corpus with --word_segmenter"
+        )
 
     ds = tf.data.Dataset.from_tensor_slices(files)
     if config.training:
@@ -230,7 +243,8 @@ def remask(batch, masking: DynamicMasking, max_predictions: int, seed) -> dict:
 
     Same rules as the corpus builder: round(candidates * masked_lm_prob) positions (at least 1,
     at most max_predictions), 80 % [MASK] / 10 % random / 10 % kept, specials never chosen,
-    positions sorted. Whole words: words are taken in random order until the next would overflow.
+    positions sorted. Whole words: words are taken in random order until the next would overflow;
+    with `masking.stored_units` a word is a unit of the records' `word_starts`.
     """
     tokens = unmask(batch)  # (B, T)
     b, t = tokens.shape
@@ -243,9 +257,17 @@ def remask(batch, masking: DynamicMasking, max_predictions: int, seed) -> dict:
     )
     budget = tf.cast(tf.minimum(budget, n_candidates), tf.int32)  # (B,)
 
-    if masking.starts_word is not None:
-        starts = tf.gather(tf.constant(masking.starts_word, tf.bool), tokens)
-        prev_special = tf.gather(is_special, tf.pad(tokens[:, :-1], [[0, 0], [1, 0]]))
+    if masking.stored_units or masking.starts_word is not None:
+        if masking.stored_units:  # [CLS], [SEP], [PAD] end units; [UNK] stays in its own
+            breaks = np.array(masking.is_special)
+            if masking.unk_id >= 0:
+                breaks[masking.unk_id] = False
+            breaks = tf.constant(breaks)
+            starts = (batch["word_starts"] > 0) | tf.gather(breaks, tokens)
+        else:
+            breaks = is_special
+            starts = tf.gather(tf.constant(masking.starts_word, tf.bool), tokens)
+        prev_special = tf.gather(breaks, tf.pad(tokens[:, :-1], [[0, 0], [1, 0]]))
         boundary = starts | prev_special | tf.one_hot(0, t, on_value=True, off_value=False, dtype=tf.bool)
         words = tf.cumsum(tf.cast(boundary, tf.int32), axis=1) - 1  # (B, T)
     else:

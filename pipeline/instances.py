@@ -13,7 +13,12 @@ import dataclasses
 import numpy as np
 
 from pipeline.config import CorpusConfig
-from pipeline.masking import MaskingTables, mask_rows
+from pipeline.masking import MaskingTables, mask_rows, stored_starts
+
+# With a segmenter, each token's "begins a masking unit" flag rides in this bit of its id through
+# packing, pairing and truncation, so every way those cut and move tokens moves the flag with its
+# token; it is taken off again before masking. Vocabularies are far below 2**30 tokens.
+_UNIT_BIT = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +28,7 @@ class TokenizedDoc:
     key: int  # 64-bit content hash: identity, split and group all derive from it
     tokens: np.ndarray  # (L,) int32
     sentence_lengths: np.ndarray  # (S,) int32, sums to L
+    unit_starts: np.ndarray | None = None  # (L,) bool, with a segmenter: the token begins a unit
 
     def sentences(self) -> list[np.ndarray]:
         return np.split(self.tokens, np.cumsum(self.sentence_lengths)[:-1])
@@ -145,7 +151,14 @@ def create_instances(
     ids: SpecialIds,
     rng: np.random.Generator,
 ) -> dict[str, np.ndarray]:
-    """All rows one dupe of one packing group yields, masked: the schema's features, (N, ...)."""
+    """All rows one dupe of one packing group yields, masked: the schema's features, (N, ...);
+    `word_starts` too when the documents carry a segmenter's unit starts."""
+    segmented = bool(docs) and docs[0].unit_starts is not None
+    if segmented:
+        docs = [
+            dataclasses.replace(d, tokens=d.tokens | (d.unit_starts.astype(np.int32) << _UNIT_BIT))
+            for d in docs
+        ]
     order = rng.permutation(len(docs))  # a new document order per dupe: new rows, not only masks
     if cfg.mode == "full_sentences":
         tokens, segments, document_ids = pack_full_sentences([docs[i] for i in order], cfg.seq_len, ids)
@@ -154,6 +167,10 @@ def create_instances(
         tokens, segments, document_ids, labels = build_pairs(
             docs, order, cfg.seq_len, cfg.short_seq_prob, cfg.pair_task, rng, ids
         )
+    unit_starts = None
+    if segmented:
+        unit_starts = (tokens >> _UNIT_BIT).astype(bool)
+        tokens = tokens & ((1 << _UNIT_BIT) - 1)
     masked = mask_rows(
         tokens,
         tables=tables,
@@ -161,8 +178,9 @@ def create_instances(
         masked_lm_prob=cfg.masked_lm_prob,
         whole_word=cfg.whole_word_mask,
         rng=rng,
+        unit_starts=unit_starts,
     )
-    return {
+    rows = {
         "input_ids": masked["input_ids"],
         "input_mask": (tokens != ids.pad).astype(np.int64),
         "segment_ids": segments.astype(np.int64),
@@ -172,3 +190,6 @@ def create_instances(
         "next_sentence_labels": labels.astype(np.int64),
         "document_ids": document_ids.astype(np.int64),
     }
+    if segmented:
+        rows["word_starts"] = stored_starts(tokens, tables, unit_starts).astype(np.int64)
+    return rows

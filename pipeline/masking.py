@@ -3,8 +3,9 @@
 BERT's rules: choose round(n * masked_lm_prob) of a row's non-special tokens (at least 1, at most
 max_predictions); 80 % become [MASK], 10 % a random non-special token, 10 % stay; special tokens
 ([CLS], [SEP], [PAD]) are never chosen; positions are stored sorted, padding weights are 0.
-Whole-word masking chooses words (a `▁`-initial piece plus its continuations; every CJK piece is a
-word of its own) and never splits one.
+Whole-word masking chooses words and never splits one: without a segmenter a word is a `▁`-initial
+piece (or a WordPiece token) plus its continuations, and every CJK piece is a word of its own; with
+one, the caller passes each token's "begins a unit" flag (`segment.unit_starts`) instead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class MaskingTables:
     is_cjk: np.ndarray  # (V,) bool: the piece is unspaced script, a word by itself
     mask_id: int
     random_ids: np.ndarray  # ids a "random token" replacement draws from: every non-special id
+    unk_id: int = -1  # [UNK]: never masked, but inside a segmenter's word it stays in the unit
 
     @classmethod
     def from_vocab(cls, vocab) -> MaskingTables:
@@ -33,16 +35,49 @@ class MaskingTables:
             is_cjk=is_cjk,
             mask_id=vocab.special_ids["mask"],
             random_ids=np.flatnonzero(~is_special).astype(np.int32),
+            unk_id=vocab.special_ids["unk"],
         )
 
+    @property
+    def breaks_units(self) -> np.ndarray:
+        """(V,) bool: the row-structure tokens ([CLS], [SEP], [PAD], ...) that end any unit: every
+        special token but [UNK], which stands for text and belongs to its word's unit."""
+        breaks = self.is_special.copy()
+        if self.unk_id >= 0:
+            breaks[self.unk_id] = False
+        return breaks
 
-def word_ids(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
-    """(N, T) index of the word each token belongs to, counting from 0 in each row."""
+
+def vocab_starts(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
+    """(..., T) bool: the token begins a word by the vocab's marks alone (a `▁` or non-"##" piece,
+    a CJK piece, or the piece after a CJK piece). The first token of the last axis always does."""
     prev = np.zeros_like(tokens)  # [PAD] before the first token: always a boundary
-    prev[:, 1:] = tokens[:, :-1]
-    boundary = (
+    prev[..., 1:] = tokens[..., :-1]
+    starts = (
         tables.starts_word[tokens] | tables.is_cjk[tokens] | tables.is_cjk[prev] | tables.is_special[prev]
     )
+    starts[..., 0] = True
+    return starts
+
+
+def stored_starts(tokens: np.ndarray, tables: MaskingTables, unit_starts: np.ndarray) -> np.ndarray:
+    """(N, T) bool, the `word_starts` feature: the segmenter's `unit_starts` on text tokens, and a
+    row's first text token and any after [CLS] or [SEP] begin a unit too (a word cut by a row
+    edge is a unit of its own in each row); [CLS], [SEP] and padding are never a start. [UNK]
+    keeps its flag: it is never masked, but the rest of its word is masked together."""
+    breaks = tables.breaks_units
+    after_break = np.ones_like(unit_starts)
+    after_break[:, 1:] = breaks[tokens[:, :-1]]
+    return (unit_starts | after_break) & ~breaks[tokens]
+
+
+def word_ids(tokens: np.ndarray, tables: MaskingTables, unit_starts: np.ndarray | None = None) -> np.ndarray:
+    """(N, T) index of the word each token belongs to, counting from 0 in each row: by the vocab's
+    marks, or by the segmenter's `unit_starts` (N, T), where a special token is a word of its own."""
+    if unit_starts is None:
+        boundary = vocab_starts(tokens, tables)
+    else:
+        boundary = stored_starts(tokens, tables, unit_starts) | tables.breaks_units[tokens]
     boundary[:, 0] = True
     return np.cumsum(boundary, axis=1) - 1
 
@@ -76,8 +111,10 @@ def mask_rows(
     masked_lm_prob: float,
     whole_word: bool,
     rng: np.random.Generator,
+    unit_starts: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Mask (N, T) rows of token ids; returns the google-research/bert masked-LM features."""
+    """Mask (N, T) rows of token ids; returns the google-research/bert masked-LM features.
+    `unit_starts` (N, T), with `whole_word`: the segmenter's units instead of the vocab's words."""
     n, t = tokens.shape
     candidate = ~tables.is_special[tokens]  # (N, T)
     n_candidates = candidate.sum(axis=1)
@@ -85,7 +122,7 @@ def mask_rows(
     budget = np.minimum(budget, n_candidates).astype(np.int64)
 
     # A random score per word, shared by its pieces; non-candidates sort last.
-    words = word_ids(tokens, tables) if whole_word else np.broadcast_to(np.arange(t), (n, t))
+    words = word_ids(tokens, tables, unit_starts) if whole_word else np.broadcast_to(np.arange(t), (n, t))
     score = np.take_along_axis(rng.random((n, t)), words, axis=1)
     score[~candidate] = 2.0
     order = np.argsort(score, axis=1, kind="stable")  # (N, T): pieces of a word stay adjacent

@@ -3,8 +3,8 @@
 One table of features (name -> dtype, length) drives the writer's `tf.train.Example`
 (`pipeline/tfexample.py`), the reader's `FixedLenFeature` spec and the manifest's feature list.
 Names and layout follow google-research/bert's `create_pretraining_data.py`, so our shards also
-feed its and TF Model Garden's trainers; `document_ids` is our one addition, which their readers
-simply ignore.
+feed its and TF Model Garden's trainers; `document_ids` (always) and `word_starts` (segmented
+builds only) are our additions, which their readers simply ignore.
 
 `Manifest` is `manifest.json`, the file beside the shards, typed: what the build was asked to do,
 the vocab it tokenized with, what it read and skipped, and per split the shards with their record
@@ -25,8 +25,10 @@ from common.errors import BertbeamError
 if TYPE_CHECKING:
     from pipeline.config import CorpusConfig
 
-SCHEMA_VERSION = 1  # what this code writes
-READABLE_SCHEMA_VERSIONS = (1,)  # what it reads: a newer writer keeps older corpora readable
+# 2: records may hold `word_starts` (the manifest's feature list says). Version 1 corpora lack it,
+# which every reader here handles, so they stay readable.
+SCHEMA_VERSION = 2  # what this code writes
+READABLE_SCHEMA_VERSIONS = (1, 2)  # what it reads: a newer writer keeps older corpora readable
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "validation")
 
@@ -36,6 +38,7 @@ class Feature:
     name: str
     dtype: str  # "int64" or "float32": the two kinds tf.train.Example stores.
     length: str  # "seq_len", "max_predictions" or "one".
+    optional: bool = False  # written only by some builds; the manifest's feature list says which
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -48,27 +51,35 @@ FEATURES: tuple[Feature, ...] = (
     Feature("next_sentence_labels", "int64", "one"),
     # 1, 2, ... per document packed into the row, 0 on padding: keeps attention within a document.
     Feature("document_ids", "int64", "seq_len"),
+    # 1 on the first token of every whole-word masking unit, 0 elsewhere (specials, padding, a
+    # unit's other tokens): the segmenter's words, which the vocab alone cannot recover, so that
+    # dynamic masking in tf.data keeps them. Only builds with --word_segmenter write it.
+    Feature("word_starts", "int64", "seq_len", optional=True),
 )
-FEATURE_NAMES = tuple(f.name for f in FEATURES)
 
 
-def feature_lengths(seq_len: int, max_predictions: int) -> dict[str, int]:
+def features(word_starts: bool = False) -> tuple[Feature, ...]:
+    """The features a build writes: every required one, plus word_starts for segmented builds."""
+    return tuple(f for f in FEATURES if not f.optional or (word_starts and f.name == "word_starts"))
+
+
+def feature_lengths(seq_len: int, max_predictions: int, word_starts: bool = False) -> dict[str, int]:
     sizes = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}
-    return {f.name: sizes[f.length] for f in FEATURES}
+    return {f.name: sizes[f.length] for f in features(word_starts)}
 
 
-def parsing_spec(seq_len: int, max_predictions: int) -> dict:
+def parsing_spec(seq_len: int, max_predictions: int, word_starts: bool = False) -> dict:
     """`tf.io.parse_example` spec with every length fixed: the reader's half of the contract."""
     import tensorflow as tf
 
     dtypes = {"int64": tf.int64, "float32": tf.float32}
-    lengths = feature_lengths(seq_len, max_predictions)
-    return {f.name: tf.io.FixedLenFeature([lengths[f.name]], dtypes[f.dtype]) for f in FEATURES}
+    lengths = feature_lengths(seq_len, max_predictions, word_starts)
+    return {f.name: tf.io.FixedLenFeature([lengths[f.name]], dtypes[f.dtype]) for f in features(word_starts)}
 
 
-def features_for_manifest(seq_len: int, max_predictions: int) -> dict[str, dict]:
-    lengths = feature_lengths(seq_len, max_predictions)
-    return {f.name: {"dtype": f.dtype, "length": lengths[f.name]} for f in FEATURES}
+def features_for_manifest(seq_len: int, max_predictions: int, word_starts: bool = False) -> dict[str, dict]:
+    lengths = feature_lengths(seq_len, max_predictions, word_starts)
+    return {f.name: {"dtype": f.dtype, "length": lengths[f.name]} for f in features(word_starts)}
 
 
 # === The manifest ===
@@ -117,6 +128,8 @@ class Manifest:
     vocab: VocabInfo
     input: Mapping[str, object]  # files, documents, and skipped / repaired counts by reason
     splits: Mapping[str, Split]
+    # The word segmenter whole-word masking used: name, version, mode, dictionary_sha256; {} none.
+    segmenter: Mapping[str, object] = dataclasses.field(default_factory=dict)
     folder: str = ""  # where it was read from (not written: a moved corpus stays valid)
 
     # --- the corpus view: what readers need, typed ---
@@ -141,6 +154,11 @@ class Manifest:
     @property
     def whole_word_mask(self) -> bool:
         return bool(self.build.get("whole_word_mask", False))
+
+    @property
+    def word_starts(self) -> bool:
+        """The records hold `word_starts`: masking units from a segmenter."""
+        return "word_starts" in self.features
 
     @property
     def path(self) -> str:
@@ -191,6 +209,7 @@ class Manifest:
             vocab=_typed(VocabInfo, fields, "vocab"),
             input=fields.get("input", dict),
             splits={name: _split(fields, name) for name in fields.get("splits", dict)},
+            segmenter=fields.get("segmenter", dict) if fields.has("segmenter") else {},
             folder=folder,
         )
 
@@ -268,10 +287,15 @@ def read_manifest(folder: str) -> Manifest:
 
 
 def build_manifest(
-    cfg: CorpusConfig, shards: list[dict], stats: Mapping[str, int], vocab: VocabInfo, plan: Mapping
+    cfg: CorpusConfig,
+    shards: list[dict],
+    stats: Mapping[str, int],
+    vocab: VocabInfo,
+    plan: Mapping,
+    segmenter: Mapping[str, object],
 ) -> Manifest:
-    """The manifest of a finished build, from the shards written, the summed counters and the
-    plan."""
+    """The manifest of a finished build, from the shards written, the summed counters, the plan
+    and the segmenter's description (`segment.describe`)."""
     splits = {}
     for split in SPLITS:
         instances = stats.get(f"{split}/instances", 0)
@@ -297,11 +321,17 @@ def build_manifest(
 
     return Manifest(
         schema_version=SCHEMA_VERSION,
-        features=features_for_manifest(cfg.seq_len, cfg.max_predictions),
+        features=features_for_manifest(cfg.seq_len, cfg.max_predictions, word_starts=bool(segmenter)),
         # Where the corpus lives is not a property of it: a moved or copied corpus stays valid.
         build={k: v for k, v in cfg.to_json_dict().items() if k != "output_dir"},
         vocab=vocab,
-        input={**by_prefix("input"), "skipped": by_prefix("skipped"), "repaired": by_prefix("repaired")},
+        input={
+            **by_prefix("input"),
+            "encodings": by_prefix("encoding"),  # files read, by the encoding they were read in
+            "skipped": by_prefix("skipped"),
+            "repaired": by_prefix("repaired"),
+        },
         splits=splits,
+        segmenter=dict(segmenter),
         folder=cfg.output_dir,
     )

@@ -1,4 +1,5 @@
-"""Pure text functions: bounded line reading, normalisation, documents, sentence splitting.
+"""Pure text functions: encodings (BOMs, a declared codec), bounded line reading, normalisation,
+documents, sentence splitting.
 
 Nothing here knows about Beam; the transforms in `transforms.py` call these and count what they
 report. Every function takes bytes or str and a `Counter` for what it repaired or skipped.
@@ -6,6 +7,8 @@ report. Every function takes bytes or str and a `Counter` for what it repaired o
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import re
 from collections import Counter
@@ -26,22 +29,64 @@ _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\
 SNIFF_BYTES = 8192
 BINARY_FRACTION = 0.10  # more than this share of bad characters in the first 8 KiB: not text
 
+# Byte-order marks, UTF-32 first: its little-endian mark begins with UTF-16's.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
 
 def is_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
 
 
-def looks_binary(head: bytes) -> bool:
-    """True for data that is not text: many NULs, controls or invalid UTF-8 in the first bytes.
+def codec_name(encoding: str) -> str:
+    """Python's canonical name of an encoding ("GBK" -> "gbk", "utf8" -> "utf-8"); LookupError if
+    unknown."""
+    return codecs.lookup(encoding).name
+
+
+def sniff_encoding(head: bytes, declared: str) -> tuple[str, int]:
+    """(codec, BOM length) of a file from its first bytes: a UTF-8/16/32 BOM decides, always;
+    without one the file is in the `declared` encoding."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    return codec_name(declared), 0
+
+
+def looks_binary(head: bytes, encoding: str = "utf-8") -> bool:
+    """True for data that is not text: many NULs, controls or invalid bytes (in `encoding`) in the
+    first bytes.
 
     A text file with a few stray NULs passes (they are stripped later); a gzip stream, an image or
-    an executable does not.
+    an executable does not, and neither does a UTF-16 or GB18030 file read as UTF-8.
     """
     if not head:
         return False
-    text = head.decode("utf-8", "replace")
+    text = head.decode(encoding, "replace")
     bad = text.count("\ufffd") + len(_CONTROL.findall(text.replace("\r", "")))
     return bad > BINARY_FRACTION * len(text)
+
+
+def read_lines(f: BinaryIO, encoding: str, max_line_bytes: int, stats: Counter) -> Iterator[bytes | str]:
+    """Lines of a binary stream in `encoding` (past any BOM): UTF-8 lines stay bytes (decoded
+    line by line, cheapest); any other encoding is decoded as a stream, invalid bytes replaced
+    by U+FFFD, and a line is cut every `max_line_bytes` characters."""
+    if encoding == "utf-8":
+        yield from iter_lines(f, max_line_bytes, stats)
+        return
+    # newline="\n": only LF ends a line, CRs stay for normalize_line, as on the UTF-8 path.
+    decoded = io.TextIOWrapper(f, encoding=encoding, errors="replace", newline="\n")
+    while piece := decoded.readline(max_line_bytes):
+        if piece.endswith("\n"):
+            piece = piece[:-1]
+        elif len(piece) == max_line_bytes:
+            stats["repaired/long_line_split"] += 1
+        yield piece
 
 
 def iter_lines(f: BinaryIO, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:
@@ -78,7 +123,13 @@ def iter_lines(f: BinaryIO, max_line_bytes: int, stats: Counter) -> Iterator[byt
         carry = piece[cut:]
 
 
-def decode_line(raw: bytes, stats: Counter) -> str:
+def decode_line(raw: bytes | str, stats: Counter) -> str:
+    """A line as text; invalid bytes become U+FFFD, and the line is counted as repaired. A line
+    decoded already (`read_lines` in another encoding) is counted when it holds a U+FFFD."""
+    if isinstance(raw, str):
+        if "\ufffd" in raw:
+            stats["repaired/invalid_encoding_line"] += 1
+        return raw
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -119,7 +170,7 @@ def _finish(lines: list[str], max_chars: int, stats: Counter) -> Iterator[str]:
 
 
 def text_documents(
-    raw_lines: Iterator[bytes], *, doc_per_file: bool, max_document_chars: int, stats: Counter
+    raw_lines: Iterator[bytes | str], *, doc_per_file: bool, max_document_chars: int, stats: Counter
 ) -> Iterator[str]:
     """Documents from google-research/bert's text format: blank line between documents.
 
@@ -145,7 +196,7 @@ def text_documents(
 
 
 def jsonl_documents(
-    raw_lines: Iterator[bytes], *, text_field: str, max_document_chars: int, stats: Counter
+    raw_lines: Iterator[bytes | str], *, text_field: str, max_document_chars: int, stats: Counter
 ) -> Iterator[str]:
     """One document per JSON line, its text in `text_field`; bad lines are skipped and counted."""
     for raw in raw_lines:

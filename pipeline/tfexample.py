@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pipeline.schema import FEATURES, feature_lengths
+from pipeline.schema import FEATURES
 
 
 def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,19 +59,26 @@ def _entry_prefix(name: str, kind: bytes, packed_bytes: int) -> bytes:
 
 
 def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predictions: int) -> list[bytes]:
-    """Serialized `tf.train.Example`s, one per row of the (N, length) arrays in `rows`.
+    """Serialized `tf.train.Example`s, one per row of the (N, length) arrays in `rows`: every
+    required feature of the schema, and each optional one `rows` holds.
 
     Features go in sorted name order, as deterministic serialization orders the map: plain
     `SerializeToString()` orders it differently from process to process, and the same seed must
     give the same bytes in every process.
     """
-    lengths = feature_lengths(seq_len, max_predictions)
+    lengths = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}
     n = None
     columns = []  # per feature, sorted by name: (name, kind, packed data, row offsets)
     for f in sorted(FEATURES, key=lambda f: f.name):
+        if f.optional and f.name not in rows:
+            continue
+        if f.name not in rows:
+            raise ValueError(f"feature {f.name}: missing")
         values = np.asarray(rows[f.name])
-        if values.ndim != 2 or values.shape[1] != lengths[f.name]:
-            raise ValueError(f"feature {f.name}: expected length {lengths[f.name]}, found {values.shape[-1]}")
+        if values.ndim != 2 or values.shape[1] != lengths[f.length]:
+            raise ValueError(
+                f"feature {f.name}: expected length {lengths[f.length]}, found {values.shape[-1]}"
+            )
         if n is None:
             n = len(values)
         if f.dtype == "int64":

@@ -1,10 +1,12 @@
 """Vocabularies: what tokenizes the corpus, and the per-token tables masking needs.
 
-Two kinds, one interface (`size`, `special_ids`, `encode`, `tables`, `describe`):
+Two kinds, one interface (`size`, `special_ids`, `encode`, `encode_with_spans`, `tables`,
+`describe`):
   sentencepiece  a `.model` trained here (`train_sentencepiece`) or given; words start with "▁"
-  wordpiece      Google BERT's `vocab.txt`, a token per line, "##" marks a continuation; tokenized
-                 by Hugging Face `tokenizers` with BERT's normalizer (lower case and accent
-                 stripping when `lower_case`) and pre-tokenizer
+  wordpiece      Google BERT's `vocab.txt`, a token per line, "##" marks a continuation; trained
+                 here (`train_wordpiece`) or given; tokenized by Hugging Face `tokenizers` with
+                 BERT's normalizer (lower case and accent stripping when `lower_case`) and
+                 pre-tokenizer
 `VocabFile` carries a vocab's kind and bytes through the pipeline (a Beam side input) and loads it;
 `VocabFile.of_corpus(manifest)` reads a built corpus's vocab, checked against the manifest's hash.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import logging
 from collections.abc import Iterable
 from typing import Literal
 
@@ -63,6 +66,64 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int, model_type
     return model.getvalue()
 
 
+def _bert_tokenizer(model, lower_case: bool):
+    """A Hugging Face `Tokenizer` around `model` with Google BERT's normalizer and pre-tokenizer:
+    control characters dropped, every CJK character a word of its own, punctuation split off."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+
+    tokenizer = Tokenizer(model)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lower_case, lowercase=lower_case
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
+
+
+def train_wordpiece(sentences: Iterable[str], *, vocab_size: int, lower_case: bool) -> bytes:
+    """A Google-layout vocab.txt trained on `sentences` by `tokenizers`' WordPiece trainer: BERT's
+    specials at ids 0-4 ([PAD] [UNK] [CLS] [SEP] [MASK]), then every character seen (word-initial,
+    then "##" word-internal), then the learned pieces.
+
+    The trainer alone is not deterministic: it numbers the "##" characters in hash-map order, and
+    that numbering breaks ties between equally frequent merges, so two runs can learn different
+    pieces. Handing it every character, sorted, as a leading "special" token fixes the numbering
+    before it counts anything; with that, the same sentences give the same bytes in every process
+    (tests/pipeline/test_wordpiece_training.py).
+    """
+    from tokenizers import models, trainers
+
+    sentences = list(sentences)
+    tokenizer = _bert_tokenizer(models.WordPiece(unk_token=SPECIAL_PIECES["unk"]), lower_case)
+    initial, internal = set(), set()
+    for sentence in sentences:
+        normalized = tokenizer.normalizer.normalize_str(sentence)
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized):
+            initial.add(word[0])
+            internal.update(word[1:])
+    alphabet = sorted(initial) + [CONTINUATION + c for c in sorted(internal)]
+    if len(SPECIAL_PIECES) + len(alphabet) >= vocab_size:
+        logging.getLogger("bertbeam.corpus").warning(
+            "--vocab_size %d: the sample holds %d characters, all kept; no longer piece is learned",
+            vocab_size,
+            len(alphabet),
+        )
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[*SPECIAL_PIECES.values(), *alphabet],
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(sentences, trainer=trainer)
+    tokens = sorted(tokenizer.get_vocab(with_added_tokens=False).items(), key=lambda kv: kv[1])
+    return "".join(f"{token}\n" for token, _ in tokens).encode("utf-8")
+
+
+def _byte_to_char(sentence: str) -> np.ndarray:
+    """(len(utf8) + 1,) the character index of every UTF-8 byte offset of `sentence`."""
+    codepoints = np.frombuffer(sentence.encode("utf-32-le"), np.uint32)
+    widths = 1 + (codepoints >= 0x80) + (codepoints >= 0x800) + (codepoints >= 0x10000)
+    return np.append(np.repeat(np.arange(len(codepoints)), widths), len(codepoints))
+
+
 @dataclasses.dataclass(frozen=True)
 class SentencePieceVocab:
     """A loaded sentencepiece model plus what masking needs, built once per worker."""
@@ -110,6 +171,16 @@ class SentencePieceVocab:
     def encode(self, sentences: list[str]) -> list[list[int]]:
         return self.processor.encode(sentences, out_type=int)
 
+    def encode_with_spans(self, sentences: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Per sentence: its ids and each token's (begin, end) character offsets."""
+        out = []
+        protos = self.processor.encode(sentences, return_type="proto")
+        for sentence, proto in zip(sentences, protos, strict=True):
+            pieces = proto.pieces
+            to_char = _byte_to_char(sentence).tolist()
+            out.append(([p.id for p in pieces], [(to_char[p.begin], to_char[p.end]) for p in pieces]))
+        return out
+
     def describe(self, file_name: str, trained: bool) -> VocabInfo:
         return VocabInfo(file_name, self.sha256, self.size, dict(self.special_ids), trained, "sentencepiece")
 
@@ -129,7 +200,7 @@ class WordPieceVocab:
     lower_case: bool = False  # BERT's do_lower_case: lower case and strip accents first
 
     def __post_init__(self):
-        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+        from tokenizers import models
 
         try:
             text = self.data.decode("utf-8")
@@ -154,16 +225,10 @@ class WordPieceVocab:
             special[key] = ids[piece]
         if special["pad"] != 0:
             raise VocabError(f"vocab has [PAD] on line {special['pad'] + 1}, expected line 1 (id 0)")
-        tokenizer = Tokenizer(
-            models.WordPiece(ids, unk_token=SPECIAL_PIECES["unk"], max_input_chars_per_word=200)
+        tokenizer = _bert_tokenizer(
+            models.WordPiece(ids, unk_token=SPECIAL_PIECES["unk"], max_input_chars_per_word=200),
+            self.lower_case,
         )
-        tokenizer.normalizer = normalizers.BertNormalizer(
-            clean_text=True,
-            handle_chinese_chars=True,
-            strip_accents=self.lower_case,
-            lowercase=self.lower_case,
-        )
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "special_ids", special)
         object.__setattr__(self, "tokenizer", tokenizer)
@@ -187,6 +252,10 @@ class WordPieceVocab:
     def encode(self, sentences: list[str]) -> list[list[int]]:
         # No special tokens added: instances place [CLS] and [SEP] themselves.
         return [e.ids for e in self.tokenizer.encode_batch(sentences, add_special_tokens=False)]
+
+    def encode_with_spans(self, sentences: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Per sentence: its ids and each token's (begin, end) character offsets."""
+        return [(e.ids, e.offsets) for e in self.tokenizer.encode_batch(sentences, add_special_tokens=False)]
 
     def describe(self, file_name: str, trained: bool) -> VocabInfo:
         return VocabInfo(

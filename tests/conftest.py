@@ -29,6 +29,24 @@ def python_docs() -> Path:
 
 
 @pytest.fixture(scope="session")
+def zh_reviews() -> Path:
+    from pipeline.fetch_corpora import zh_reviews as fetch
+
+    return fetch(DATA)
+
+
+@pytest.fixture(scope="session")
+def zh_sample(zh_reviews, tmp_path_factory) -> Path:
+    """The first 240 reviews of each of zh_reviews' two files (~45,000 characters of Chinese with
+    some English and digits): small enough for a test build, real text throughout."""
+    folder = tmp_path_factory.mktemp("zh_sample")
+    for name in ("pos.txt", "neg.txt"):
+        reviews = (zh_reviews / name).read_text(encoding="utf-8").split("\n\n")[:240]
+        (folder / name).write_text("\n\n".join(reviews) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def botchan_vocab(botchan, tmp_path_factory) -> Path:
     """A 1000-piece sentencepiece model trained on Botchan with BERT's specials."""
     from collections import Counter
@@ -78,16 +96,19 @@ def read_records(output: Path, split: str = "train") -> dict:
 
     manifest = json.loads((output / "manifest.json").read_text())
     files = [output / s["file"] for s in manifest["splits"][split]["shards"]]
-    return parse_files(files, manifest["build"]["seq_len"], manifest["build"]["max_predictions"])
+    build = manifest["build"]
+    return parse_files(
+        files, build["seq_len"], build["max_predictions"], word_starts="word_starts" in manifest["features"]
+    )
 
 
-def parse_files(files: list[Path], seq_len: int, max_predictions: int) -> dict:
+def parse_files(files: list[Path], seq_len: int, max_predictions: int, word_starts: bool = False) -> dict:
     import numpy as np
     import tensorflow as tf
 
     from pipeline.schema import parsing_spec
 
-    spec = parsing_spec(seq_len, max_predictions)
+    spec = parsing_spec(seq_len, max_predictions, word_starts)
     rows = {name: [] for name in spec}
     for record in tf.data.TFRecordDataset([str(f) for f in files]):
         parsed = tf.io.parse_single_example(record, spec)

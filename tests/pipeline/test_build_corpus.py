@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from pipeline import build_corpus, text
 from pipeline.config import CorpusConfig
 from pipeline.keys import content_key, split_of
-from pipeline.schema import FEATURES, feature_lengths
+from pipeline.schema import feature_lengths, features
 from pipeline.vocab import SentencePieceVocab as Vocab
 from tests.conftest import REPO, build, read_records, unmasked
 from tests.corpus_checks import assert_covers, expected_documents, pieces_of
@@ -44,7 +44,9 @@ def docs_corpus(docs_input, tmp_path_factory) -> Path:
 
 def test_manifest_records_build_vocab_and_counts(docs_corpus):
     manifest = json.loads((docs_corpus / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
+    assert "word_starts" not in manifest["features"] and manifest["segmenter"] == {}  # no segmenter
+    assert manifest["input"]["encodings"] == {"utf-8": manifest["input"]["files"]}
     assert manifest["build"]["seq_len"] == SEQ_LEN and manifest["build"]["max_predictions"] == MAX_PRED
     vocab = Vocab((docs_corpus / "vocab.model").read_bytes())
     assert manifest["vocab"]["sha256"] == vocab.sha256
@@ -76,7 +78,7 @@ def test_every_record_parses_with_static_shapes(docs_corpus):
             assert rows[name].shape == (n, length), name
         assert int(rows["input_mask"].sum()) == manifest["splits"][split]["real_tokens"]
         assert int(rows["masked_lm_weights"].sum()) == manifest["splits"][split]["masked_tokens"]
-    assert {f.name for f in FEATURES} == set(rows)
+    assert {f.name for f in features()} == set(rows)
 
 
 def test_masking_rules_hold_on_real_text(docs_corpus):
@@ -441,7 +443,8 @@ def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
     assert binary.returncode == 2
     last = binary.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        f"error: {tmp_path}/bin/data.txt: looks binary, not UTF-8 text; remove it or pass --on_bad_file=skip"
+        f"error: {tmp_path}/bin/data.txt: looks binary, not utf-8 text (text in another encoding "
+        "needs --encoding NAME); remove it or pass --on_bad_file=skip"
     )
     assert not (tmp_path / "o" / "manifest.json").exists()
 
@@ -515,7 +518,10 @@ def test_cli_success_prints_what_was_written(tmp_path, botchan, botchan_vocab):
     lines = done.stdout.strip().splitlines()
     assert lines[0] == f"corpus written to {tmp_path}/o (manifest.json, vocab.model)"
     assert lines[1].startswith(f"  train: {train['instances']:,} instances in 1 shards from 1 documents")
-    assert lines[-1] == "  skipped: none; repaired: bom 1"  # botchan.txt starts with a BOM
+    assert lines[-2:] == [
+        "  skipped: none; repaired: none",
+        "  files by encoding: utf-8 with BOM 1",  # botchan.txt starts with a BOM
+    ]
 
 
 @pytest.mark.slow
@@ -537,7 +543,8 @@ def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
     given = run_cli("--input", str(tmp_path / "in" / "*"), "--output", str(tmp_path / "b"), "--vocab",
                     str(botchan_vocab))  # fmt: skip
     assert given.returncode == 0
-    assert given.stdout.strip().splitlines()[-2:] == [
+    assert given.stdout.strip().splitlines()[-3:] == [
         "  skipped: empty_file 2; repaired: none",
+        "  files by encoding: utf-8 2",
         "warning: no instances were written: every input document was empty or skipped",
     ]

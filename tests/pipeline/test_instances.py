@@ -94,7 +94,7 @@ def test_long_pairs_are_truncated_to_fit():
 
 
 def test_create_instances_returns_every_schema_feature_with_static_shapes():
-    from pipeline.schema import FEATURE_NAMES, feature_lengths
+    from pipeline.schema import feature_lengths, features
 
     is_special = np.zeros(37, bool)
     is_special[:5] = True
@@ -104,7 +104,7 @@ def test_create_instances_returns_every_schema_feature_with_static_shapes():
     cfg = CorpusConfig(input_patterns=("x",), output_dir="o", vocab_size=37, seq_len=7, max_predictions=5)
     docs = [doc(k, list(range(5 + k, 5 + k + 9))) for k in range(3)]
     rows = create_instances(docs, cfg=cfg, tables=tables, ids=IDS, rng=np.random.default_rng(0))
-    assert set(rows) == set(FEATURE_NAMES)
+    assert set(rows) == {f.name for f in features()}  # no segmenter: no word_starts
     for name, length in feature_lengths(7, 5).items():
         assert rows[name].shape == (len(rows["input_ids"]), length)
     assert (rows["input_mask"] == (rows["document_ids"] > 0)).all()

@@ -54,7 +54,7 @@ BAD_MANIFESTS = {
         lambda m: m["splits"]["train"]["shards"][2].pop("bytes"),
         r"field splits.train.shards\[2\].bytes is missing",
     ),
-    "version": (lambda m: m.update(schema_version=9), "schema_version expected 1, found 9; rebuild"),
+    "version": (lambda m: m.update(schema_version=9), "schema_version expected 1, 2, found 9; rebuild"),
     "counts": (
         lambda m: m["splits"]["validation"].update(instances=3),
         "validation has 3 instances but its shards list",
@@ -86,3 +86,24 @@ def test_read_manifest_errors_name_the_folder(tmp_path):
         read_manifest(str(tmp_path))
     with pytest.raises(ManifestError, match=r"manifest.json: field schema_version is missing"):
         Manifest.from_json("{}")
+
+
+def test_a_version_1_corpus_still_reads_and_trains(small_corpus, tmp_path):
+    """Corpora from before word_starts (schema 1: no segmenter, no encodings) stay readable."""
+    import shutil
+
+    from pipeline.input import DynamicMasking, InputConfig, make_dataset
+
+    old = tmp_path / "v1"
+    shutil.copytree(small_corpus, old)
+    raw = json.loads((old / "manifest.json").read_text())
+    raw["schema_version"] = 1
+    del raw["segmenter"], raw["input"]["encodings"]
+    (old / "manifest.json").write_text(json.dumps(raw))
+    manifest = read_manifest(str(old))
+    assert (manifest.schema_version, manifest.segmenter, manifest.word_starts) == (1, {}, False)
+    masking = DynamicMasking.for_corpus(manifest)
+    assert not masking.stored_units
+    config = InputConfig(4, training=False, dynamic_masking=masking)
+    features, _, _ = next(iter(make_dataset(manifest, "train", config)))
+    assert features["input_ids"].shape == (4, 32)

@@ -31,13 +31,14 @@ def test_writer_refuses_a_wrong_length():
         serialize_example(bad, 7, 3)
 
 
-def test_fast_encoder_matches_protobuf_deterministic_bytes():
+@pytest.mark.parametrize("word_starts", [False, True])
+def test_fast_encoder_matches_protobuf_deterministic_bytes(word_starts):
     from tensorflow.core.example import example_pb2
 
     rng = np.random.default_rng(0)
     n = 17
     rows = {}
-    for name, length in schema.feature_lengths(7, 3).items():
+    for name, length in schema.feature_lengths(7, 3, word_starts).items():
         # Values across every varint width, 0 and 2**62 included.
         rows[name] = rng.integers(0, 2 ** rng.integers(1, 63, (n, length)), dtype=np.int64)
     rows["input_ids"][0] = [0, 1, 127, 128, 16383, 16384, 2**62]
@@ -45,7 +46,7 @@ def test_fast_encoder_matches_protobuf_deterministic_bytes():
     got = serialize_examples(rows, 7, 3)
     for r in range(n):
         example = example_pb2.Example()
-        for f in schema.FEATURES:
+        for f in schema.features(word_starts):
             target = example.features.feature[f.name]
             values = rows[f.name][r].tolist()
             (target.int64_list if f.dtype == "int64" else target.float_list).value.extend(values)

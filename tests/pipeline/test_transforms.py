@@ -36,7 +36,8 @@ def test_read_documents_text_format_with_stats(tmp_path):
                     {
                         "input/files": 3,
                         "input/documents": 3,
-                        "repaired/bom": 1,
+                        "encoding/utf-8 with BOM": 1,  # a.txt; its BOM is not text
+                        "encoding/utf-8": 2,
                         "repaired/control_chars": 1,
                         "repaired/invalid_utf8_line": 1,
                         "skipped/empty_file": 1,

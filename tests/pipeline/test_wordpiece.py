@@ -162,7 +162,10 @@ def test_bad_vocab_files_are_one_line_errors(tmp_path):
             "--do_lower_case",
         ]  # fmt: skip
     )
-    assert code == 2 and "--do_lower_case applies to a WordPiece --vocab vocab.txt" in err
+    assert (
+        code == 2
+        and "--do_lower_case applies to WordPiece (--vocab vocab.txt or --vocab_model_type wordpiece)" in err
+    )
 
 
 def _cli_error(argv):

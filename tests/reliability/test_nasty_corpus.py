@@ -72,7 +72,9 @@ def test_nasty_text_corpus_skip_completes_and_keeps_every_valid_document(tmp_pat
         "empty_file": 2,
     }
     repaired = manifest["input"]["repaired"]
-    assert repaired["bom"] == 1 and repaired["invalid_utf8_line"] == 1 and repaired["control_chars"] == 1
+    assert repaired["invalid_utf8_line"] == 1 and repaired["control_chars"] == 1 and "bom" not in repaired
+    # bom_crlf.txt's BOM says UTF-8 (not a repair); every file but the binary one was read as UTF-8.
+    assert manifest["input"]["encodings"] == {"utf-8 with BOM": 1, "utf-8": 7}
     assert repaired["long_line_split"] == len(expected) - 7 - 1
     vocab = SentencePieceVocab(botchan_vocab.read_bytes())
     documents = [[t for ids in vocab.encode(text.document_sentences(d)) for t in ids] for d in expected]
@@ -116,7 +118,8 @@ def test_nasty_jsonl_corpus(tmp_path, botchan_vocab, report):
         "--vocab", str(botchan_vocab), *NASTY_ARGS,
     )  # fmt: skip
     assert manifest["input"]["skipped"] == {"jsonl_malformed_line": 1, "jsonl_missing_text_field": 3}
-    assert manifest["input"]["repaired"] == {"bom": 1, "invalid_utf8_line": 1}
+    assert manifest["input"]["repaired"] == {"invalid_utf8_line": 1}
+    assert manifest["input"]["encodings"] == {"utf-8 with BOM": 1}
     expected = [text.normalize_line(t, Counter()) for t in good] + ["caf\ufffd BAD"]
     vocab = SentencePieceVocab(botchan_vocab.read_bytes())
     documents = [[t for ids in vocab.encode(text.document_sentences(d)) for t in ids] for d in expected]

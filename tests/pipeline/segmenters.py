@@ -1,0 +1,7 @@
+"""A segmenter for `--word_segmenter tests.pipeline.segmenters:pairs`: every two characters of a
+sentence are a word (spaces too). Nothing like a real segmenter, which is the point: units that
+follow it can only come from the function given."""
+
+
+def pairs(sentence: str) -> list[str]:
+    return [sentence[i : i + 2] for i in range(0, len(sentence), 2)]
