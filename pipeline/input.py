@@ -40,7 +40,7 @@ class DynamicMasking:
     masked_lm_prob: float = 0.15
     # Whole-word units from the records' `word_starts` (a segmented corpus) instead of starts_word.
     stored_units: bool = False
-    unk_id: int = -1  # [UNK] is never masked, but stays in its word's unit (stored_units)
+    breaks_units: tuple[bool, ...] = ()  # per token id: ends any unit (MaskingTables.breaks_units)
 
     @classmethod
     def from_vocab(cls, vocab_file, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
@@ -51,8 +51,8 @@ class DynamicMasking:
         starts = tables.starts_word | tables.is_cjk
         return cls(
             mask_id=tables.mask_id,
-            unk_id=tables.unk_id,
             is_special=tuple(tables.is_special.tolist()),
+            breaks_units=tuple(tables.breaks_units.tolist()),
             starts_word=tuple(starts.tolist()) if whole_word else None,
             masked_lm_prob=masked_lm_prob,
         )
@@ -259,10 +259,7 @@ def remask(batch, masking: DynamicMasking, max_predictions: int, seed) -> dict:
 
     if masking.stored_units or masking.starts_word is not None:
         if masking.stored_units:  # [CLS], [SEP], [PAD] end units; [UNK] stays in its own
-            breaks = np.array(masking.is_special)
-            if masking.unk_id >= 0:
-                breaks[masking.unk_id] = False
-            breaks = tf.constant(breaks)
+            breaks = tf.constant(masking.breaks_units, tf.bool)
             starts = (batch["word_starts"] > 0) | tf.gather(breaks, tokens)
         else:
             breaks = is_special

@@ -61,14 +61,17 @@ def vocab_starts(tokens: np.ndarray, tables: MaskingTables) -> np.ndarray:
 
 
 def stored_starts(tokens: np.ndarray, tables: MaskingTables, unit_starts: np.ndarray) -> np.ndarray:
-    """(N, T) bool, the `word_starts` feature: the segmenter's `unit_starts` on text tokens, and a
-    row's first text token and any after [CLS] or [SEP] begin a unit too (a word cut by a row
-    edge is a unit of its own in each row); [CLS], [SEP] and padding are never a start. [UNK]
-    keeps its flag: it is never masked, but the rest of its word is masked together."""
+    """(N, T) bool, the `word_starts` feature. A text token begins a unit where the segmenter's
+    `unit_starts` and the vocab's own marks both say so: a "##" or non-"▁" continuation of a
+    non-CJK piece never does (a segmenter that cuts such a word, as jieba cuts Cyrillic or
+    accented words into characters, does not split it). A row's first text token and any after
+    [CLS] or [SEP] begin a unit too (a word cut by a row edge is a unit of its own in each row);
+    [CLS], [SEP] and padding are never a start. [UNK] keeps its flag: it is never masked, but the
+    rest of its word is masked together."""
     breaks = tables.breaks_units
     after_break = np.ones_like(unit_starts)
     after_break[:, 1:] = breaks[tokens[:, :-1]]
-    return (unit_starts | after_break) & ~breaks[tokens]
+    return ((unit_starts & vocab_starts(tokens, tables)) | after_break) & ~breaks[tokens]
 
 
 def word_ids(tokens: np.ndarray, tables: MaskingTables, unit_starts: np.ndarray | None = None) -> np.ndarray:

@@ -128,3 +128,20 @@ def test_same_seed_same_masks():
     )
     for name in a:
         assert (a[name] == b[name]).all()
+
+
+def test_segmenter_units_keep_the_vocabs_continuations_and_end_at_row_structure():
+    """stored_starts: the segmenter's starts AND the vocab's word marks; [CLS]/[SEP] end units."""
+    from pipeline.masking import stored_starts
+
+    # ids: 0 [PAD], 1 [UNK], 2 [CLS], 3 [SEP], 4 [MASK], 5 при, 6 ##вет, 7 中, 8 国, 9 人
+    is_special = np.array([1, 1, 1, 1, 1, 0, 0, 0, 0, 0], bool)
+    starts_word = np.array([1, 1, 1, 1, 1, 1, 0, 1, 1, 1], bool)
+    is_cjk = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1], bool)
+    tables = MaskingTables(is_special, starts_word, is_cjk, 4, np.arange(5, 10, dtype=np.int32), unk_id=1)
+    tokens = np.array([[2, 5, 6, 7, 8, 1, 9, 3, 8, 9, 0]])
+    # The segmenter cut привет into letters (при | ##вет) and 中国 | [UNK]人 ...
+    segmenter = np.array([[1, 1, 1, 1, 0, 1, 0, 1, 0, 0, 0]], bool)
+    got = stored_starts(tokens, tables, segmenter).astype(int).tolist()
+    #   [CLS] при ##вет 中 国 [UNK] 人 [SEP] 国 人 [PAD]
+    assert got == [[0, 1, 0, 1, 0, 1, 0, 0, 1, 0, 0]]
