@@ -144,7 +144,12 @@ def check_segmenter(cfg: CorpusConfig) -> dict:
     dictionary = segment.read_dictionary(cfg.segmenter_dict)
     segmenter = segment.load(cfg.word_segmenter, dictionary, cfg.segmenter_dict or "")
     if segmenter is not None:
-        words = segmenter("分词检查 a check")
+        try:
+            words = segmenter("分词检查 a check")
+        except Exception as e:  # a user's function: whatever it raises, say so in one line
+            raise segment.SegmenterError(
+                f"--word_segmenter {cfg.word_segmenter}: failed on a test sentence ({type(e).__name__}: {e})"
+            ) from None
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise segment.SegmenterError(
                 f"--word_segmenter {cfg.word_segmenter}: returned {type(words).__name__}, "

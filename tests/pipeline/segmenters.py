@@ -5,3 +5,11 @@ follow it can only come from the function given."""
 
 def pairs(sentence: str) -> list[str]:
     return [sentence[i : i + 2] for i in range(0, len(sentence), 2)]
+
+
+def broken(sentence: str) -> list[str]:
+    raise RuntimeError("no model loaded")
+
+
+def not_a_list(sentence: str) -> str:
+    return sentence

@@ -343,6 +343,15 @@ def test_segmenter_errors_are_one_line_before_the_pipeline_starts(zh_sample, tmp
             ["--word_segmenter", "jieba", "--whole_word_mask", "--segmenter_dict", str(tmp_path / "no.dict")],
             f"--segmenter_dict {tmp_path}/no.dict: cannot read it",
         ),
+        (
+            ["--word_segmenter", "tests.pipeline.segmenters:broken", "--whole_word_mask"],
+            "--word_segmenter tests.pipeline.segmenters:broken: failed on a test sentence (RuntimeError: "
+            "no model loaded)",
+        ),
+        (
+            ["--word_segmenter", "tests.pipeline.segmenters:not_a_list", "--whole_word_mask"],
+            "--word_segmenter tests.pipeline.segmenters:not_a_list: returned str, expected a list of str",
+        ),
         (["--segmenter_dict", "x.dict", "--whole_word_mask"], "--segmenter_dict is a jieba user dictionary"),
         (
             ["--word_segmenter", "jieba", "--whole_word_mask", "--segmenter_dict", str(gbk)],
