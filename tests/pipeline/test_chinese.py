@@ -1,6 +1,6 @@
 """Chinese whole-word masking from a word segmenter, on real Chinese text (zh_reviews, fetched).
 
-The oracle is independent of the pipeline: transformers' BertTokenizerFast on the corpus's
+The oracle is independent of the pipeline: transformers' BertTokenizer on the corpus's
 vocab.txt gives each token's characters, jieba (called here, on the same sentences) gives the
 words, and every row of the shards is located in that reference stream. A masked unit must then be
 a union of whole words: each word lying wholly inside a row is masked entirely or not at all."""
