@@ -72,7 +72,9 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     vocab_si = beam.pvalue.AsSingleton(vocab)
     vocab_info = vocab | "WriteVocab" >> beam.Map(write_vocab, cfg.output_dir, given_vocab is None)
 
-    tokenized = unique.docs | "TokenizeDocuments" >> beam.ParDo(
+    # Fixed bounds: a document's tokens do not depend on its batch, only the speed does.
+    batches = unique.docs | "BatchDocuments" >> beam.BatchElements(min_batch_size=64, max_batch_size=256)
+    tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocuments(cfg, segmenter), vocab_si
     ).with_outputs("stats", main="docs")
     plan_si = beam.pvalue.AsSingleton(tokenized.docs | "PlanGroups" >> PlanGroups(cfg))

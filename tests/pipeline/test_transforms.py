@@ -118,7 +118,7 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
         model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         out = (
             p
-            | beam.Create([(key, doc)])
+            | beam.Create([[(key, doc), (content_key(""), "")]])  # a batch; the empty one is skipped
             | beam.ParDo(tr.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
                 "stats", main="docs"
             )
@@ -127,6 +127,7 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
             out.docs | beam.Map(lambda sd: (sd[0], sd[1].key, [s.tolist() for s in sd[1].sentences()])),
             equal_to([("train", key, expected)]),
         )
+        assert_that(out.stats, equal_to([{"skipped/no_tokens": 1}]), label="stats")
 
 
 def test_plan_scales_groups_and_shards_with_tokens():
