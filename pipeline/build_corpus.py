@@ -72,8 +72,12 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     vocab_si = beam.pvalue.AsSingleton(vocab)
     vocab_info = vocab | "WriteVocab" >> beam.Map(write_vocab, cfg.output_dir, given_vocab is None)
 
-    # Fixed bounds: a document's tokens do not depend on its batch, only the speed does.
-    batches = unique.docs | "BatchDocuments" >> beam.BatchElements(min_batch_size=64, max_batch_size=256)
+    # Batches of 16-256 Ki characters (Beam sizes them by timing, within those bounds): memory per
+    # batch stays bounded however long the documents are. A document's tokens do not depend on
+    # its batch, only the speed does.
+    batches = unique.docs | "BatchDocuments" >> beam.BatchElements(
+        min_batch_size=1 << 14, max_batch_size=1 << 18, element_size_fn=lambda keyed: len(keyed[1])
+    )
     tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocuments(cfg, segmenter), vocab_si
     ).with_outputs("stats", main="docs")
