@@ -21,6 +21,14 @@ def _folder(value: str) -> str:
     return value.rstrip("/")
 
 
+def _known_encoding(name: str) -> bool:
+    try:
+        codec_name(name)
+    except LookupError:
+        return False
+    return True
+
+
 @dataclasses.dataclass(frozen=True)
 class CorpusConfig:
     input_patterns: tuple[str, ...] = field(
@@ -122,13 +130,10 @@ class CorpusConfig:
             self.segmenter_dict is None or self.word_segmenter == "jieba",
             "--segmenter_dict is a jieba user dictionary: it needs --word_segmenter jieba",
         )
-        try:
-            codec_name(self.encoding)
-        except LookupError:
-            need(
-                False,
-                f"--encoding: unknown encoding {self.encoding!r} (Python codec names: gb18030, big5, ...)",
-            )
+        need(
+            _known_encoding(self.encoding),
+            f"--encoding: unknown encoding {self.encoding!r} (Python codec names: gb18030, big5, ...)",
+        )
         need(
             self.vocab_size is None or self.vocab_size >= 16,
             f"--vocab_size: expected >= 16, found {self.vocab_size}",

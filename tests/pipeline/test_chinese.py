@@ -136,6 +136,11 @@ def check_whole_words(tokens, selected, document_ids, reference: Reference) -> t
     return checked, multi, located / max(pieces, 1)
 
 
+def check_rows(rows: dict, reference: Reference) -> tuple[int, int, float]:
+    """`check_whole_words` on parsed records (stored or dynamic masks)."""
+    return check_whole_words(unmasked(rows), selected_of(rows), rows["document_ids"], reference)
+
+
 def selected_of(rows: dict) -> np.ndarray:
     selected = np.zeros(rows["input_ids"].shape, bool)
     for r in range(len(selected)):
@@ -173,9 +178,7 @@ def test_manifest_records_the_segmenter_and_the_trained_wordpiece_vocab(zh_corpu
 def test_masked_units_are_whole_jieba_words(zh_corpus, reference):
     for split in ("train", "validation"):
         rows = read_records(zh_corpus, split)
-        checked, multi, located = check_whole_words(
-            unmasked(rows), selected_of(rows), rows["document_ids"], reference
-        )
+        checked, multi, located = check_rows(rows, reference)
         assert located > 0.95, f"{split}: only {located:.0%} of the row pieces found in the reference"
         assert checked > 1000 and multi > (100 if split == "train" else 5), (split, checked, multi)
 
@@ -276,14 +279,12 @@ def test_a_module_function_segmenter_is_used_as_given(zh_sample, zh_corpus, tmp_
     encode = bert_encoder(zh_corpus / "vocab.txt")
     reference = Reference(documents, encode, pairs)
     rows = read_records(out)
-    checked, multi, located = check_whole_words(
-        unmasked(rows), selected_of(rows), rows["document_ids"], reference
-    )
+    checked, multi, located = check_rows(rows, reference)
     assert located > 0.95 and checked > 1000 and multi > 100
     # And not jieba's words: under pairs, jieba's units are split somewhere.
     by_jieba = Reference(documents, encode, jieba_segmenter())
     with pytest.raises(AssertionError, match="partly masked"):
-        check_whole_words(unmasked(rows), selected_of(rows), rows["document_ids"], by_jieba)
+        check_rows(rows, by_jieba)
 
 
 def test_a_user_dictionary_makes_its_words_units(zh_sample, zh_corpus, tmp_path):
@@ -316,9 +317,7 @@ def test_a_user_dictionary_makes_its_words_units(zh_sample, zh_corpus, tmp_path)
     documents = expected_documents([zh_sample / "pos.txt"], doc_per_file=False)
     reference = Reference(documents, bert_encoder(zh_corpus / "vocab.txt"), jieba_segmenter(dictionary))
     rows = read_records(tmp_path / "dict")
-    checked, _, located = check_whole_words(
-        unmasked(rows), selected_of(rows), rows["document_ids"], reference
-    )
+    checked, _, located = check_rows(rows, reference)
     assert located > 0.95 and checked > 1000
 
 
@@ -375,9 +374,7 @@ def test_with_a_sentencepiece_vocab_pieces_across_words_join_them(zh_sample, tmp
     documents = expected_documents(sorted(zh_sample.glob("*.txt")), doc_per_file=False)
     reference = Reference(documents, sentencepiece_encoder(out / "vocab.model"), jieba_segmenter())
     rows = read_records(out)
-    checked, multi, located = check_whole_words(
-        unmasked(rows), selected_of(rows), rows["document_ids"], reference
-    )
+    checked, multi, located = check_rows(rows, reference)
     assert located > 0.95 and checked > 1000 and multi > 100
 
 
@@ -433,7 +430,5 @@ def test_segment_pairs_keep_whole_words(zh_sample, zh_corpus, tmp_path):
     reference = Reference(documents, bert_encoder(zh_corpus / "vocab.txt"), jieba_segmenter())
     rows = read_records(out)
     assert rows["next_sentence_labels"].sum() > 0.3 * len(rows["next_sentence_labels"])  # swapped pairs
-    checked, multi, located = check_whole_words(
-        unmasked(rows), selected_of(rows), rows["document_ids"], reference
-    )
+    checked, multi, located = check_rows(rows, reference)
     assert located > 0.95 and checked > 1000 and multi > 100
