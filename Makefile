@@ -28,8 +28,13 @@ PRESET ?= base
 GLOBAL_BATCH ?= 256
 TRAIN_STEPS ?= 100000
 TRAIN_ARGS ?=
-PRETRAIN = $(BIN)/python -m launch.pretrain --data $(DATA) --model_dir $(MODEL_DIR) --preset $(PRESET) \
-	--global_batch_size $(GLOBAL_BATCH) --train_steps $(TRAIN_STEPS) --warmup_steps $$(($(TRAIN_STEPS) / 100))
+# DATA may be a mixture (NAME=PATH:WEIGHT,...); PHASES=128:0.9,512:0.1 trains a multi-length build's
+# lengths in turn (PHASE_BATCHES=256,64 sets each phase's global batch).
+PHASES ?=
+PHASE_BATCHES ?=
+PRETRAIN = $(BIN)/python -m launch.pretrain --data '$(DATA)' --model_dir $(MODEL_DIR) --preset $(PRESET) \
+	--global_batch_size $(GLOBAL_BATCH) --train_steps $(TRAIN_STEPS) --warmup_steps $$(($(TRAIN_STEPS) / 100)) \
+	$(if $(PHASES),--phases $(PHASES)) $(if $(PHASE_BATCHES),--phase_batch_sizes $(PHASE_BATCHES))
 
 # make demo: the Python docs -> DirectRunner -> out/demo/corpus -> tiny BERT on CPU -> out/demo/run.
 DEMO := out/demo

@@ -58,6 +58,13 @@ class Checkpoints:
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, folder, max_to_keep=keep)
 
+    @staticmethod
+    def latest_step(folder: str) -> int:
+        """The step of the newest checkpoint in `folder` (its number: `save(step)`), 0 if none;
+        read before a model exists, to know which phase to build."""
+        path = tf.train.latest_checkpoint(folder)
+        return int(path.rsplit("-", 1)[1]) if path else 0
+
     def restore(self) -> int:
         """Restores the latest checkpoint, if any; returns the optimizer updates done so far."""
         if self.manager.latest_checkpoint:

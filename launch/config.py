@@ -17,6 +17,7 @@ from common.errors import ConfigError, need
 from launch.optimizer import OPTIMIZERS
 from launch.strategy import KINDS
 from model.config import PRESETS
+from pipeline.config import MAX_MASKED_LM_PROB
 
 MIXED_PRECISION = ("none", "bf16", "fp16")
 __all__ = ["ConfigError", "TrainConfig", "parser"]
@@ -24,7 +25,25 @@ __all__ = ["ConfigError", "TrainConfig", "parser"]
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    data: str = field(None, "corpus folder: manifest.json and shards (local or gs://)", required=True)
+    data: str = field(
+        None,
+        "corpus folder (manifest.json and shards, local or gs://); or a mixture: NAME=PATH[:WEIGHT],... "
+        "or a .json file {NAME: {path, weight}}; with --phases, folders of a multi-length build",
+        required=True,
+    )
+    mixture_temperature: float = field(
+        1.0, "a mixture without weights: each corpus's rate ~ its records^(1/T) (1: by size)"
+    )
+    max_epochs_warning: float = field(4.0, "warn when the run will go over a corpus more times than this")
+    phases: str | None = field(
+        None,
+        "SEQ_LEN:FRACTION,...: phases of the run at those lengths, e.g. 128:0.9,512:0.1 (BERT); "
+        "boundaries rounded to --log_every",
+    )
+    phase_batch_sizes: str | None = field(None, "with --phases: a global batch size per phase, e.g. 256,64")
+    restart_warmup: bool = field(
+        False, "with --phases: warm up again at each phase start (else one schedule spans the run)"
+    )
     model_dir: str = field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
     preset: str = field("tiny", f"model size: {'|'.join(PRESETS)}")
     bert_config: str | None = field(
@@ -54,6 +73,9 @@ class TrainConfig:
     eval_steps: int = field(20, "validation batches per run (capped by the split's size); 0 = none")
     log_every: int = field(100, "updates between log lines, TensorBoard points and history rows")
     dynamic_masking: bool = field(False, "draw a fresh mask per read (RoBERTa) instead of the stored one")
+    dynamic_masked_lm_prob: float | None = field(
+        None, "--dynamic_masking at this rate (up to 0.4; default: the corpus's --masked_lm_prob)"
+    )
     seed: int = field(0, "initialisation, dropout and data order all derive from it")
     # CPU runs, XLA or not, are reproducible without it; on GPUs it costs speed and Keras turns XLA off.
     deterministic: bool = field(False, "TF op determinism (for bit-identical GPU resumes)")
@@ -89,6 +111,17 @@ class TrainConfig:
         need(self.eval_steps >= 0, f"--eval_steps: expected >= 0, found {self.eval_steps}")
         need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
         need(
+            self.mixture_temperature > 0,
+            f"--mixture_temperature: expected > 0, found {self.mixture_temperature}",
+        )
+        if self.dynamic_masked_lm_prob is not None:
+            need(self.dynamic_masking, "--dynamic_masked_lm_prob needs --dynamic_masking")
+            need(
+                0 < self.dynamic_masked_lm_prob <= MAX_MASKED_LM_PROB,
+                f"--dynamic_masked_lm_prob: expected in (0, {MAX_MASKED_LM_PROB}], "
+                f"found {self.dynamic_masked_lm_prob}",
+            )
+        need(
             not (self.trace_batches and "://" in self.model_dir),
             "--trace_batches appends to local files: use a local --model_dir",
         )
@@ -108,12 +141,18 @@ class TrainConfig:
     def batches_per_epoch(self) -> int:
         return self.steps_per_epoch * self.grad_accum_steps
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+    def to_json(self, resolved: dict | None = None) -> str:
+        """The flags; with `resolved`, also what they resolved to (mixture rates, phases) under
+        "resolved", which `from_json` ignores."""
+        values = dataclasses.asdict(self)
+        if resolved:
+            values["resolved"] = resolved
+        return json.dumps(values, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, source: str = "config.json") -> TrainConfig:
         values = json.loads(text)
+        values.pop("resolved", None)
         known = {f.name for f in dataclasses.fields(cls)}
         need(not set(values) - known, f"{source}: unknown fields {sorted(set(values) - known)}")
         return cls(**values)

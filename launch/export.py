@@ -42,7 +42,7 @@ from launch.hf_checkpoint import save_hf  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
 from model.bert import build_pretraining_model, encoder_from  # noqa: E402
 from model.config import BertConfig  # noqa: E402
-from pipeline.schema import Manifest, read_manifest  # noqa: E402
+from pipeline.schema import Manifest  # noqa: E402
 from pipeline.vocab import VocabFile  # noqa: E402
 
 PRETRAINING = "pretraining.keras"
@@ -110,13 +110,13 @@ def save_encoder(encoder: keras.Model, path: str) -> None:
 
 def restore(model_dir: str, checkpoint: str | None = None):
     """(model, bert, manifest, config, checkpoint path) of a run: its config.json and
-    bert_config.json, its corpus's manifest, and the weights of its newest checkpoint (or
-    `checkpoint`)."""
+    bert_config.json, the manifest and vocab it keeps (model_dir/corpus/), and the weights of its
+    newest checkpoint (or `checkpoint`)."""
     run_dir = RunDir(model_dir)
     config = run_dir.read_config()
     bert = run_dir.read_bert_config()
     path = checkpoint or run_dir.latest_checkpoint()
-    manifest = read_manifest(config.data)
+    manifest = run_dir.read_corpus()
     model = build_pretraining_model(bert, manifest.seq_len, manifest.max_predictions, manifest.pairs)
     try:
         read_weights(model, path)

@@ -1,6 +1,6 @@
-"""The input streams of a run, from `pipeline/input.py`: the training stream per input pipeline
-under the strategy, starting at a given batch (how a resumed run keeps its data position), with an
-optional per-batch trace; and the validation split.
+"""The input streams of a run, from `pipeline/input.py`: the training stream of a phase's corpora
+(one, or a mixture) per input pipeline under the strategy, starting at a given batch (how a
+resumed run keeps its data position), with an optional per-batch trace; and the validation splits.
 """
 
 from __future__ import annotations
@@ -11,19 +11,33 @@ import numpy as np
 import tensorflow as tf
 
 from launch.config import TrainConfig
+from launch.data import Corpora
 from launch.run_dir import RunDir
 from pipeline.input import DynamicMasking, InputConfig, make_dataset
 from pipeline.schema import Manifest
 
 
+def dynamic_masking(config: TrainConfig, corpora: Corpora) -> DynamicMasking | None:
+    """--dynamic_masking's rules for the phase's corpora (the first one's vocab and whole-word
+    setting: a mixture shares its vocab and features), at --dynamic_masked_lm_prob if given."""
+    if not config.dynamic_masking:
+        return None
+    return DynamicMasking.for_corpus(corpora.first, config.dynamic_masked_lm_prob)
+
+
 def train_inputs(
     config: TrainConfig,
-    manifest: Manifest,
+    corpora: Corpora,
     strategy: tf.distribute.Strategy,
     per_replica_batch: int,
     start_batch: int,
+    *,
+    first_batch_of_phase: int = 0,
+    batches_in_phase: int | None = None,
 ):
-    """The distributed training stream, starting at batch `start_batch` of the uninterrupted one."""
+    """The distributed training stream, starting at batch `start_batch` of the uninterrupted one
+    (counted from the phase's start). The trace counts batches from the run's start
+    (`first_batch_of_phase` on) and leaves out what tf.data reads ahead past the phase's end."""
     trace = RunDir(config.model_dir).trace if config.trace_batches else None
     if trace:
         os.makedirs(trace, exist_ok=True)  # local only: TrainConfig refuses gs:// with tracing
@@ -31,17 +45,22 @@ def train_inputs(
         per_replica_batch_size=per_replica_batch,
         training=True,
         seed=config.seed,
-        dynamic_masking=DynamicMasking.for_corpus(manifest) if config.dynamic_masking else None,
+        dynamic_masking=dynamic_masking(config, corpora),
     )
 
     def train_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # A batch index counts per input pipeline; each feeds its share of the replicas per step.
         per_step = strategy.num_replicas_in_sync // context.num_input_pipelines
-        on_batch = _trace_to(f"{trace}/{os.getpid()}-{context.input_pipeline_id}.tsv") if trace else None
+        on_batch = None
+        if trace:
+            path = f"{trace}/{os.getpid()}-{context.input_pipeline_id}.tsv"
+            last = None if batches_in_phase is None else batches_in_phase * per_step
+            on_batch = _trace_to(path, first_batch_of_phase * per_step, last)
         return make_dataset(
-            manifest,
+            list(corpora.manifests),
             "train",
             input_config,
+            rates=corpora.rates,
             input_context=context,
             skip_batches=start_batch * per_step,
             on_batch=on_batch,
@@ -50,19 +69,33 @@ def train_inputs(
     return strategy.distribute_datasets_from_function(train_fn)
 
 
-def validation_dataset(manifest: Manifest, global_batch: int, seed: int) -> tf.data.Dataset:
-    """The validation split in global batches, in file order (Keras splits them over replicas)."""
+def validation_dataset(
+    manifests: Manifest | list[Manifest], global_batch: int, seed: int, batches: list[int]
+) -> tf.data.Dataset:
+    """`batches[i]` global batches of corpus i's validation split, one corpus after the other, in
+    file order (Keras splits them over replicas), then the same again: Keras evaluates exactly
+    `sum(batches)` steps, so every evaluation sees the same examples. (Repeated, because under a
+    distribution strategy Keras's iterator reads ahead: a dataset that ends with the evaluation's
+    last batch raised StopIteration at the second evaluation under MirroredStrategy.)"""
+    manifests = [manifests] if isinstance(manifests, Manifest) else manifests
     config = InputConfig(per_replica_batch_size=global_batch, training=False, seed=seed)
-    return make_dataset(manifest, "validation", config)
+    parts = [make_dataset(m, "validation", config).take(n) for m, n in zip(manifests, batches, strict=True)]
+    ds = parts[0]
+    for part in parts[1:]:
+        ds = ds.concatenate(part)
+    return ds.repeat()
 
 
-def _trace_to(path: str):
-    """One line per batch, in stream order: its index, then a fingerprint of each example."""
+def _trace_to(path: str, offset: int = 0, end: int | None = None):
+    """One line per batch, in stream order: its index + `offset`, then a fingerprint of each
+    example; batches from `end` on (read ahead past a phase's end) are left out."""
 
     def write(step, fingerprints):
+        if end is not None and int(step) >= end:
+            return np.int64(0)
         rows = ",".join(bytes(row).hex() for row in fingerprints.numpy())
         with open(path, "a") as f:
-            f.write(f"{int(step)}\t{rows}\n")
+            f.write(f"{int(step) + offset}\t{rows}\n")
         return np.int64(0)
 
     def on_batch(step, batch):

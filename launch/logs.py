@@ -18,14 +18,19 @@ from launch.run_dir import HISTORY, RunDir
 
 class EpochLog(keras.callbacks.Callback):
     """At each epoch end (every log interval): TensorBoard scalars, a history row, a checkpoint
-    when one is due, and step, learning rate, examples/s and MFU on Keras's progress line.
-    Throughput covers training only, not validation."""
+    when one is due (and at the phase's end), and step, learning rate, examples/s and MFU on
+    Keras's progress line. Throughput covers training only, not validation. For a mixture,
+    `sources` {name: (validation dataset, batches)} are evaluated one by one whenever Keras
+    validates the whole: per-corpus curves (logs/validation-NAME/) and history fields."""
 
     def __init__(self, config: TrainConfig, history: History, checkpoints: Checkpoints, *,
                  global_batch: int, seq_len: int, flops_per_example: float, peak_tflops: float | None,
-                 devices: int):  # fmt: skip
+                 devices: int, phase_end: int | None = None,
+                 sources: dict | None = None):  # fmt: skip
         super().__init__()
         self.config = config
+        self.phase_end = phase_end or config.train_steps
+        self.sources = sources or {}
         self.history = history
         self.checkpoints = checkpoints
         self.examples_per_epoch = config.batches_per_epoch * global_batch
@@ -35,6 +40,12 @@ class EpochLog(keras.callbacks.Callback):
         self.writers = {
             "train": tf.summary.create_file_writer(f"{history.run_dir.logs}/train"),
             "validation": tf.summary.create_file_writer(f"{history.run_dir.logs}/validation"),
+            **{
+                f"validation-{name}": tf.summary.create_file_writer(
+                    f"{history.run_dir.logs}/validation-{name}"
+                )
+                for name in self.sources
+            },
         }
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -54,20 +65,33 @@ class EpochLog(keras.callbacks.Callback):
             "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
             "examples_per_s": examples_per_s,
             "tokens_per_s": examples_per_s * self.seq_len,
+            "seq_len": self.seq_len,
         }
         if self.peak_flops:
             row["mfu"] = examples_per_s * self.flops_per_example / self.peak_flops
         if "val_loss" in logs:
             row["val_loss"] = mlm_loss(logs, "val_")
             row["val_mlm_accuracy"] = pick(logs, "val_mlm_accuracy", "val_accuracy")
+            if self.sources:
+                row["val_sources"] = self._evaluate_sources()
         self._write(step, row)
         self.history.append(row)
-        if step % self.config.checkpoint_every == 0 or step == self.config.train_steps:
+        if step % self.config.checkpoint_every == 0 or step in (self.phase_end, self.config.train_steps):
             self.checkpoints.save(step)
         # The progress bar's epoch line is drawn after this callback, from the same dict.
         logs.update({"step": step, "lr": row["learning_rate"], "examples/s": examples_per_s})
         if "mfu" in row:
             logs["mfu"] = row["mfu"]
+
+    def _evaluate_sources(self) -> dict:
+        results = {}
+        for name, (dataset, batches) in self.sources.items():
+            source_logs = self.model.evaluate(dataset, steps=batches, return_dict=True, verbose=0)
+            results[name] = {
+                "loss": mlm_loss(source_logs),
+                "mlm_accuracy": pick(source_logs, "mlm_accuracy", "accuracy"),
+            }
+        return results
 
     def _write(self, step: int, row: dict) -> None:
         with self.writers["train"].as_default(step=step):
@@ -78,6 +102,10 @@ class EpochLog(keras.callbacks.Callback):
             with self.writers["validation"].as_default(step=step):
                 tf.summary.scalar("loss", row["val_loss"])
                 tf.summary.scalar("mlm_accuracy", row["val_mlm_accuracy"])
+        for name, values in row.get("val_sources", {}).items():
+            with self.writers[f"validation-{name}"].as_default(step=step):
+                tf.summary.scalar("loss", values["loss"])
+                tf.summary.scalar("mlm_accuracy", values["mlm_accuracy"])
         for writer in self.writers.values():
             writer.flush()
 

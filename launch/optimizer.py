@@ -14,7 +14,9 @@ NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]  # biases, and LayerNormalization's 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """0 -> peak linearly over warmup_steps, then linearly to end_learning_rate at total_steps
-    (BERT's schedule). The decay is Keras's PolynomialDecay with power 1."""
+    (BERT's schedule). The decay is Keras's PolynomialDecay with power 1. `warmup_start` > 0 (a
+    later phase with --restart_warmup): the warmup starts at that update, and the decay ends at
+    total_steps still."""
 
     def __init__(
         self,
@@ -23,18 +25,23 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: int,
         end_learning_rate: float = 0.0,
         batches_per_update: int = 1,
+        warmup_start: int = 0,
     ):
         self.peak_learning_rate = peak_learning_rate
         self.batches_per_update = batches_per_update
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.end_learning_rate = end_learning_rate
+        self.warmup_start = warmup_start
         self._decay = keras.optimizers.schedules.PolynomialDecay(
-            peak_learning_rate, max(1, total_steps - warmup_steps), end_learning_rate, power=1.0
+            peak_learning_rate,
+            max(1, total_steps - warmup_start - warmup_steps),
+            end_learning_rate,
+            power=1.0,
         )
 
     def __call__(self, step):  # step: batches seen (Keras's counter), so updates = step // batches_per_update
-        step = ops.cast(ops.floor_divide(step, self.batches_per_update), "float32")
+        step = ops.cast(ops.floor_divide(step, self.batches_per_update) - self.warmup_start, "float32")
         warmup = self.peak_learning_rate * step / max(1, self.warmup_steps)
         return ops.where(step < self.warmup_steps, warmup, self._decay(step - self.warmup_steps))
 
@@ -45,6 +52,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "total_steps": self.total_steps,
             "end_learning_rate": self.end_learning_rate,
             "batches_per_update": self.batches_per_update,
+            "warmup_start": self.warmup_start,
         }
 
 
@@ -59,6 +67,7 @@ def build_optimizer(
     clipnorm: float | None = 1.0,
     grad_accum_steps: int = 1,
     mixed_precision: str = "none",
+    warmup_start: int = 0,
 ) -> keras.optimizers.Optimizer:
     """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling).
 
@@ -74,6 +83,7 @@ def build_optimizer(
         total_steps,
         end_learning_rate,
         batches_per_update=max(1, grad_accum_steps),
+        warmup_start=warmup_start,
     )
     common = {
         "learning_rate": schedule,

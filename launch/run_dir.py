@@ -1,8 +1,13 @@
 """A run's folder (`--model_dir`): the names of everything a run writes there, written atomically,
 and the run read back (its configuration and model shape) by whatever comes after it (export).
 
-    model_dir/  config.json  bert_config.json  checkpoints/  logs/{train,validation}/  history.jsonl
-                eval.json  loss.png  summary.json  export/  trace/ (--trace_batches)
+    model_dir/  config.json  bert_config.json  corpus/  checkpoints/  logs/{train,validation}/
+                history.jsonl  eval.json  loss.png  summary.json  export/  trace/ (--trace_batches)
+
+corpus/ holds a copy of the manifest and the vocab (no shards) of the corpus the model was last
+built for (the last phase's length, a mixture's first corpus): what export and fine-tuning read,
+so that neither depends on where --data lived, nor on which of several corpora it named. Reading
+data goes through the corpus folders themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from common.errors import BertbeamError
 from common.files import write_atomically
 from launch.config import TrainConfig
 from model.config import BertConfig
+from pipeline.schema import MANIFEST_NAME, Manifest, read_manifest
+from pipeline.vocab import VocabFile
 
 CONFIG = "config.json"  # the TrainConfig of the latest start
 BERT_CONFIG = "bert_config.json"  # the model's shape, resolved from --preset or --bert_config
@@ -54,6 +61,22 @@ class RunDir:
     @property
     def trace(self) -> str:
         return self.file("trace")
+
+    @property
+    def corpus(self) -> str:
+        return self.file("corpus")
+
+    def keep_corpus(self, manifest: Manifest) -> None:
+        """A copy of `manifest` and its vocab in corpus/ (the shards stay where they are)."""
+        vocab = VocabFile.of_corpus(manifest)
+        write_atomically(f"{self.corpus}/{vocab.file_name}", vocab.data)
+        write_atomically(f"{self.corpus}/{MANIFEST_NAME}", manifest.to_json())
+
+    def read_corpus(self) -> Manifest:
+        """The corpus the run's model is built for: corpus/ (runs from before it existed: --data)."""
+        if tf.io.gfile.exists(f"{self.corpus}/{MANIFEST_NAME}"):
+            return read_manifest(self.corpus)
+        return read_manifest(self.read_config().data)
 
     def write(self, name: str, text: str) -> None:
         write_atomically(self.file(name), text)

@@ -88,11 +88,12 @@ def batch_sizes(
 def check_tpu_paths(kind: str, strategy: tf.distribute.Strategy | None, paths: Mapping[str, str]) -> None:
     """TPU workers read and write only through GCS: a local path would be the TPU host's disk.
     Checked from the flags (`kind`) before a TPU is looked for, and again for the strategy found.
-    `paths`: flag name -> path."""
+    `paths`: flag name -> path (a name ending in '=' is a mixture's `data NAME=`)."""
     if kind == "tpu" or isinstance(strategy, tf.distribute.TPUStrategy):
         for flag, path in paths.items():
             if not path.startswith("gs://"):
+                named = f"--{flag}{path}" if flag.endswith("=") else f"--{flag} {path}"
                 raise StrategyError(
-                    f"--{flag} {path}: a TPU reads and writes only gs:// paths; "
+                    f"{named}: a TPU reads and writes only gs:// paths; "
                     "copy the corpus to a bucket and pass gs://BUCKET/..."
                 )

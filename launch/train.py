@@ -1,21 +1,29 @@
 """Pretraining, as named steps that `train(config)` runs in order:
 
-    prepare: the corpus's manifest, the model's shape, the strategy, batch sizes (every mistake in
-             the configuration is a one-line error here, before a model exists)
-    build:   model, optimizer and checkpoints in the strategy's scope; resume or warm start
-    fit:     model.fit from the restored step; an epoch is one log interval (launch/logs.py)
+    prepare: the corpora (one, a mixture, one per phase), the model's shape, the strategy, batch
+             sizes (every mistake in the configuration is a one-line error here, before a model
+             exists)
+    build:   model, optimizer and checkpoints of a phase in the strategy's scope; resume or warm
+             start
+    fit:     model.fit from the restored step to the phase's end; an epoch is one log interval
     finish:  evaluation over the whole validation split (eval.json), loss.png, export/
 
-What each step uses lives beside it: `checkpoints.py` (resume, warm start), `inputs.py` (the
-streams), `logs.py` (TensorBoard, history), `run_dir.py` (the files of model_dir), `export.py`.
+Phases (`--phases 128:0.9,512:0.1`): each builds the static-shape model for its length and
+restores the previous phase's checkpoint, written at its last step, into it: weights, optimizer
+slots and step counter carry over (a checkpoint's keys are the variables' paths, the same at
+every length), and the learning-rate schedule spans the run.
+
+What each step uses lives beside it: `data.py` (--data, mixtures, phases), `checkpoints.py`
+(resume, warm start), `inputs.py` (the streams), `logs.py` (TensorBoard, history), `run_dir.py`
+(the files of model_dir), `export.py`.
 
 Resume: every checkpoint holds the model's variables (dropout RNG states included) and the
 optimizer's (slots, step counter, so also the schedule's position). The input position is the
-step counter: a resumed run rebuilds the same deterministic stream and drops the records it
-already trained on before parsing them (`make_dataset(skip_batches=...)`). Keras's `fit` makes its
-own iterator from the dataset it is given, and under a distribution strategy draws one batch from
-a throwaway iterator to build the model, so a saved tf.data iterator could not be handed to it;
-replaying the record stream is what keeps the data position exact.
+step counter: a resumed run rebuilds the same deterministic stream of its phase and drops the
+records it already trained on before parsing them (`make_dataset(skip_batches=...)`). Keras's
+`fit` makes its own iterator from the dataset it is given, and under a distribution strategy draws
+one batch from a throwaway iterator to build the model, so a saved tf.data iterator could not be
+handed to it; replaying the record stream is what keeps the data position exact.
 """
 
 from __future__ import annotations
@@ -30,9 +38,10 @@ import tensorflow as tf
 from common.errors import BertbeamError
 from launch.checkpoints import Checkpoints, out_of_space_is_one_line, read_bert_config, warm_start
 from launch.config import TrainConfig
+from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, resolve
 from launch.export import export
 from launch.flops import detect_peak_tflops, training_flops_per_example
-from launch.inputs import train_inputs, validation_dataset
+from launch.inputs import dynamic_masking, train_inputs, validation_dataset
 from launch.logs import EpochLog, History, mlm_loss, pick, plot_loss, read_history
 from launch.optimizer import build_optimizer
 from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, RunDir
@@ -41,8 +50,7 @@ from model.bert import build_pretraining_model
 from model.config import BertConfig
 from model.losses import compile_pretraining
 from pipeline.input import naming_bad_shards
-from pipeline.schema import Manifest, ManifestError, read_manifest
-from pipeline.vocab import VocabFile
+from pipeline.schema import Manifest
 
 POLICIES = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
@@ -51,20 +59,62 @@ class TrainError(BertbeamError):
     """The run cannot go on as configured; the message is one line saying what to change."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One phase of the run, resolved: its updates, corpora and batch sizes."""
+
+    phase: Phase
+    corpora: Corpora
+    global_batch: int
+    per_replica_batch: int
+    eval_batches: tuple[int, ...]  # per corpus, per validation run during training (0: none)
+
+    @property
+    def manifest(self) -> Manifest:  # what the phase's model is built for (all corpora agree)
+        return self.corpora.first
+
+    def describe(self, grad_accum_steps: int) -> dict:
+        examples = self.phase.steps * grad_accum_steps * self.global_batch
+        return {
+            "seq_len": self.manifest.seq_len,
+            "max_predictions": self.manifest.max_predictions,
+            "steps": [self.phase.start, self.phase.end],
+            "global_batch_size": self.global_batch,
+            "corpora": self.corpora.describe(examples),
+        }
+
+
 @dataclasses.dataclass
 class Run:
     """What the steps of one run share, resolved once at the start."""
 
     config: TrainConfig
     run_dir: RunDir
-    manifest: Manifest  # the corpus
+    stages: list[Stage]  # one per phase, in order
     bert: BertConfig
     strategy: tf.distribute.Strategy
-    global_batch: int
-    per_replica_batch: int
-    eval_batches: int  # per validation run during training
     model: keras.Model | None = None
     checkpoints: Checkpoints | None = None
+
+    def stage_at(self, step: int) -> Stage:
+        """The phase that trains update `step + 1` (the last one once training is done)."""
+        return next((s for s in self.stages if step < s.phase.end), self.stages[-1])
+
+    @property
+    def resolved(self) -> dict:
+        """What --data and --phases resolved to, and the warnings about it, for config.json."""
+        phases = [s.describe(self.config.grad_accum_steps) for s in self.stages]
+        return {"phases": phases, "warnings": self._epoch_warnings(phases)}
+
+    def _epoch_warnings(self, phases: list[dict]) -> list[str]:
+        limit = self.config.max_epochs_warning
+        return [
+            f"{name} ({info['path']}) will be read {info['expected_epochs']:.1f} times in phase {n} "
+            f"(> --max_epochs_warning {limit:g}); lower its weight, add data or train for fewer steps"
+            for n, phase in enumerate(phases, 1)
+            for name, info in phase["corpora"].items()
+            if info["expected_epochs"] > limit
+        ]
 
 
 def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -> dict:
@@ -74,13 +124,21 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(POLICIES[config.mixed_precision])
     try:
-        step = build(run)
+        stage = run.stage_at(Checkpoints.latest_step(run.run_dir.checkpoints))
+        step = build(run, stage)
         check_resume_point(config, step)
-        run.run_dir.write(CONFIG, config.to_json())
+        run.run_dir.write(CONFIG, config.to_json(run.resolved))
         run.run_dir.write(BERT_CONFIG, run.bert.to_json())
         print(f"{'resuming at' if step else 'starting at'} step {step} of {config.train_steps}", flush=True)
-        fit(run, step)
-        results = finish(run)
+        while True:
+            fit(run, stage, step)
+            step = int(run.model.optimizer.iterations.numpy())
+            if stage is run.stages[-1]:
+                break
+            stage = run.stage_at(step)
+            print(f"phase at seq_len {stage.manifest.seq_len} from step {step}", flush=True)
+            build(run, stage)  # restores the checkpoint written at the previous phase's end
+        results = finish(run, stage)
     finally:
         keras.config.set_dtype_policy(previous_policy)
     summary = {
@@ -101,40 +159,79 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
-    paths = {"data": config.data, "model_dir": config.model_dir}
+    try:
+        sources = parse_sources(config.data)
+        phases = parse_phases(config.phases, config.phase_batch_sizes, config.train_steps, config.log_every)
+    except DataError as e:
+        raise TrainError(str(e)) from None
+    paths = {"data": sources[0].path} if len(sources) == 1 else {f"data {s.name}=": s.path for s in sources}
+    paths["model_dir"] = config.model_dir
     check_tpu_paths(config.strategy, strategy, paths)
-    manifest = read_corpus(config.data)
-    bert = resolve_bert_config(config, manifest)
+    corpora = [read_corpora(config, sources, phase) for phase in phases]
+    bert = resolve_bert_config(config, corpora)
     strategy = strategy or choose_strategy(config.strategy, config.tpu)
     check_tpu_paths(config.strategy, strategy, paths)  # --strategy auto may have found a TPU
-    global_batch, per_replica = batch_sizes(
-        strategy,
-        global_batch_size=config.global_batch_size,
-        per_replica_batch_size=config.per_replica_batch_size,
-    )
-    eval_batches = validation_batches(config, manifest, global_batch)
+    stages = []
+    for phase, phase_corpora in zip(phases, corpora, strict=True):
+        global_batch, per_replica = batch_sizes(
+            strategy,
+            global_batch_size=phase.global_batch_size or config.global_batch_size,
+            per_replica_batch_size=0 if phase.global_batch_size else config.per_replica_batch_size,
+        )
+        eval_batches = tuple(validation_batches(config, m, global_batch) for m in phase_corpora.manifests)
+        stages.append(Stage(phase, phase_corpora, global_batch, per_replica, eval_batches))
     tf.io.gfile.makedirs(config.model_dir)
+    run = Run(config, RunDir(config.model_dir), stages, bert, strategy)
     print(f"config: {config.to_json()}\nmodel: {bert.to_json()}", flush=True)
-    return Run(
-        config, RunDir(config.model_dir), manifest, bert, strategy, global_batch, per_replica, eval_batches
-    )
+    report_data(run)
+    return run
 
 
-def read_corpus(data: str) -> Manifest:
-    """The corpus at --data: its manifest, and its vocab checked against it (masking and export
-    read that vocab)."""
+def read_corpora(config: TrainConfig, sources, phase: Phase) -> Corpora:
+    """The phase's corpora (checked against each other), and its dynamic masking checked against
+    them."""
     try:
-        manifest = read_manifest(data)
-    except ManifestError as e:
-        raise TrainError(f"--data {e}") from None
-    VocabFile.of_corpus(manifest)
-    return manifest
+        corpora = resolve(sources, phase.seq_len, config.mixture_temperature)
+        dynamic_masking(config, corpora)
+    except BertbeamError as e:
+        raise TrainError(str(e)) from None
+    return corpora
 
 
-def resolve_bert_config(config: TrainConfig, manifest: Manifest) -> BertConfig:
+def report_data(run: Run) -> None:
+    """Per phase: each corpus's rate and the epochs the run makes of it; a warning for a corpus
+    read more than --max_epochs_warning times."""
+    resolved = run.resolved
+    for n, (stage, described) in enumerate(zip(run.stages, resolved["phases"], strict=True), 1):
+        if len(run.stages) > 1 or stage.corpora.mixture:
+            phase = stage.phase
+            print(
+                f"data, phase {n} (seq_len {stage.manifest.seq_len}, steps {phase.start}-{phase.end}), "
+                f"global batch {stage.global_batch}:",
+                flush=True,
+            )
+            for name, info in described["corpora"].items():
+                print(
+                    f"  {name:<16} rate {info['rate']:.3f}  records {info['records']:>12,}  "
+                    f"epochs {info['expected_epochs']:.2f}  ({info['path']})",
+                    flush=True,
+                )
+    for warning in resolved["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+
+def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConfig:
     """The model's shape from --bert_config (ours, Google's or Hugging Face's) or --preset, checked
-    against the corpus: the same vocab size, positions for its seq_len."""
-    vocab_size = manifest.vocab.size
+    against the corpora: the same vocab (in every phase) and its size, positions for the longest
+    phase's seq_len."""
+    first = corpora[0].first
+    for other in corpora[1:]:
+        if other.first.vocab.sha256 != first.vocab.sha256 or other.first.pairs != first.pairs:
+            raise TrainError(
+                f"--data {other.first.folder}: another vocab or pair task than {first.folder}; every "
+                "phase needs corpora built with the same vocab and --mode"
+            )
+    vocab_size = first.vocab.size
     if config.bert_config:
         bert = read_bert_config(config.bert_config)
         if bert.vocab_size != vocab_size:
@@ -144,9 +241,10 @@ def resolve_bert_config(config: TrainConfig, manifest: Manifest) -> BertConfig:
             )
     else:
         bert = BertConfig.preset(config.preset, vocab_size)
-    if manifest.seq_len > bert.max_position:
+    longest = max((c.first for c in corpora), key=lambda m: m.seq_len)
+    if longest.seq_len > bert.max_position:
         raise TrainError(
-            f"--data {manifest.folder}: seq_len {manifest.seq_len} exceeds the model's max_position "
+            f"--data {longest.folder}: seq_len {longest.seq_len} exceeds the model's max_position "
             f"{bert.max_position}; rebuild the corpus with --seq_len <= {bert.max_position} "
             "or raise max_position"
         )
@@ -170,10 +268,13 @@ def validation_batches(config: TrainConfig, manifest: Manifest, global_batch: in
 # === build ===
 
 
-def build(run: Run) -> int:
-    """Model, optimizer and checkpoints in the strategy's scope; restores the latest checkpoint
-    (or warm-starts a new run). Returns the optimizer updates already done."""
-    config, manifest = run.config, run.manifest
+def build(run: Run, stage: Stage | None = None) -> int:
+    """Model, optimizer and checkpoints for `stage` (default: the first phase) in the strategy's
+    scope; restores the latest checkpoint (or warm-starts a new run). Returns the optimizer
+    updates already done."""
+    config = run.config
+    stage = stage or run.stages[0]
+    manifest = stage.manifest
     with run.strategy.scope():
         run.model = build_pretraining_model(
             run.bert, manifest.seq_len, manifest.max_predictions, manifest.pairs
@@ -188,6 +289,7 @@ def build(run: Run) -> int:
             clipnorm=config.clipnorm,
             grad_accum_steps=config.grad_accum_steps,
             mixed_precision=config.mixed_precision,
+            warmup_start=stage.phase.start if config.restart_warmup else 0,
         )
         optimizer.build(run.model.trainable_variables)  # slots exist before a restore fills them
         compile_pretraining(
@@ -200,6 +302,7 @@ def build(run: Run) -> int:
         step = run.checkpoints.restore()
         if step == 0 and config.init_checkpoint:
             warm_start(run.model, config.init_checkpoint)
+    run.run_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
     return step
 
 
@@ -216,33 +319,54 @@ def check_resume_point(config: TrainConfig, step: int) -> None:
 # === fit ===
 
 
-def fit(run: Run, step: int) -> None:
-    """model.fit from `step` to train_steps; a Keras epoch is one log interval."""
-    config, manifest = run.config, run.manifest
-    if step >= config.train_steps:
+def fit(run: Run, stage: Stage, step: int) -> None:
+    """model.fit from `step` to the end of `stage`'s phase; a Keras epoch is one log interval."""
+    config, manifest, phase = run.config, stage.manifest, stage.phase
+    if step >= phase.end:
         return
-    start_batch = step * config.grad_accum_steps
-    train_data = train_inputs(config, manifest, run.strategy, run.per_replica_batch, start_batch)
-    validation = validation_dataset(manifest, run.global_batch, config.seed) if run.eval_batches else None
+    accum = config.grad_accum_steps
+    train_data = train_inputs(
+        config,
+        stage.corpora,
+        run.strategy,
+        stage.per_replica_batch,
+        (step - phase.start) * accum,
+        first_batch_of_phase=phase.start * accum,
+        batches_in_phase=phase.steps * accum,
+    )
+    evaluating = any(stage.eval_batches)
+    validation = None
+    if evaluating:
+        validation = validation_dataset(
+            list(stage.corpora.manifests), stage.global_batch, config.seed, list(stage.eval_batches)
+        )
+    per_source = {}
+    if evaluating and stage.corpora.mixture:  # curves per corpus beside the mixture's
+        for name, m, batches in zip(
+            stage.corpora.names, stage.corpora.manifests, stage.eval_batches, strict=True
+        ):
+            per_source[name] = (validation_dataset(m, stage.global_batch, config.seed, [batches]), batches)
     log = EpochLog(
         config,
         History(run.run_dir, step),
         run.checkpoints,
-        global_batch=run.global_batch,
+        global_batch=stage.global_batch,
         seq_len=manifest.seq_len,
         flops_per_example=training_flops_per_example(run.bert, manifest.seq_len, manifest.max_predictions),
         peak_tflops=config.peak_tflops or detect_peak_tflops(),
         devices=run.strategy.num_replicas_in_sync,
+        phase_end=phase.end,
+        sources=per_source,
     )
-    shards = manifest.files("train") + manifest.files("validation")
+    shards = [f for m in stage.corpora.manifests for f in m.files("train") + m.files("validation")]
     with naming_bad_shards(shards), out_of_space_is_one_line(config.model_dir):
         run.model.fit(
             train_data,
             initial_epoch=step // config.steps_per_epoch,
-            epochs=config.train_steps // config.steps_per_epoch,
+            epochs=phase.end // config.steps_per_epoch,
             steps_per_epoch=config.batches_per_epoch,
             validation_data=validation,
-            validation_steps=run.eval_batches or None,
+            validation_steps=sum(stage.eval_batches) or None,
             validation_freq=config.eval_every // config.steps_per_epoch,
             callbacks=[log],
             shuffle=False,  # the dataset is already shuffled, by seed
@@ -253,34 +377,49 @@ def fit(run: Run, step: int) -> None:
 # === finish ===
 
 
-def finish(run: Run) -> dict:
+def finish(run: Run, stage: Stage) -> dict:
     """The final evaluation, the loss plot and, unless --no-export, model_dir/export/."""
-    results = final_evaluation(run)
+    results = final_evaluation(run, stage)
     plot_loss(read_history(run.run_dir), run.run_dir.file(LOSS_PLOT))
     if run.config.export:
-        export(run.model, bert=run.bert, manifest=run.manifest, config=run.config)
+        export(run.model, bert=run.bert, manifest=stage.manifest, config=run.config)
     return results
 
 
-def final_evaluation(run: Run) -> dict:
-    """The whole validation split, once: model_dir/eval.json (MLM loss, accuracy, perplexity;
-    NSP/SOP accuracy when the corpus has pairs)."""
-    config, manifest = run.config, run.manifest
-    if not run.eval_batches:
+def final_evaluation(run: Run, stage: Stage) -> dict:
+    """The whole validation split of the last phase's corpora, once: model_dir/eval.json (MLM
+    loss, accuracy, perplexity; NSP/SOP accuracy when the corpus has pairs). A mixture's figures
+    are over all its corpora's validation records, and each corpus's under `sources`."""
+    corpora = stage.corpora
+    if not any(stage.eval_batches):
         return {}
-    validation = validation_dataset(manifest, run.global_batch, config.seed)
-    batches = manifest.split("validation").instances // run.global_batch
-    with naming_bad_shards(manifest.files("validation")):
-        logs = run.model.evaluate(validation, steps=batches, return_dict=True, verbose=0)
-    loss = mlm_loss(logs)
+    batches = [m.split("validation").instances // stage.global_batch for m in corpora.manifests]
     results = {
         "step": int(run.model.optimizer.iterations.numpy()),
-        "examples": batches * run.global_batch,
+        **evaluate(run, stage, list(corpora.manifests), batches),
+    }
+    if corpora.mixture:
+        results["sources"] = {
+            name: evaluate(run, stage, [m], [n])
+            for name, m, n in zip(corpora.names, corpora.manifests, batches, strict=True)
+        }
+    run.run_dir.write_json(EVAL, results)
+    return results
+
+
+def evaluate(run: Run, stage: Stage, manifests: list[Manifest], batches: list[int]) -> dict:
+    """Masked-LM loss, accuracy and perplexity (and NSP/SOP accuracy) over `batches[i]` global
+    batches of each corpus's validation split."""
+    validation = validation_dataset(manifests, stage.global_batch, run.config.seed, batches)
+    with naming_bad_shards([f for m in manifests for f in m.files("validation")]):
+        logs = run.model.evaluate(validation, steps=sum(batches), return_dict=True, verbose=0)
+    loss = mlm_loss(logs)
+    results = {
+        "examples": sum(batches) * stage.global_batch,
         "mlm_loss": loss,
         "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
         "perplexity": math.exp(min(loss, 700.0)),
     }
-    if manifest.pairs:
+    if stage.manifest.pairs:
         results["nsp_accuracy"] = pick(logs, "nsp_accuracy")
-    run.run_dir.write_json(EVAL, results)
     return results

@@ -7,6 +7,8 @@
 This module is the pipeline's graph and its command line; the stages are `pipeline/transforms.py`:
   ReadDocuments -> DeduplicateDocuments -> [TrainVocab] -> TokenizeDocuments -> PlanGroups
   -> CreateInstances -> WriteShards -> WriteManifest
+With several lengths (`--seq_len 128,512`) the graph branches after TokenizeDocuments: PlanGroups
+to WriteManifest once per length, into OUTPUT/seq128/, OUTPUT/seq512/.
 Flags that `CorpusConfig` does not define go to Beam's pipeline options (`--runner`,
 `--direct_num_workers`, Dataflow's `--project` ...); a flag that neither knows is refused before
 anything runs, where Beam alone would only warn, after the build, that it dropped it.
@@ -35,7 +37,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
 from pipeline import schema, segment
-from pipeline.config import CorpusConfig
+from pipeline.config import CorpusConfig, per_length
 from pipeline.transforms import (
     BadInputError,
     CreateInstances,
@@ -59,9 +61,13 @@ PROG = "python -m pipeline.build_corpus"
 # === The pipeline ===
 
 
-def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile | None, segmenter: dict):
-    """The build's graph; `segmenter` is `segment.describe`'s record of --word_segmenter ({} for
-    none), from `check_segmenter`."""
+def build_pipeline(
+    p: beam.Pipeline, cfgs: list[CorpusConfig], given_vocab: VocabFile | None, segmenter: dict
+):
+    """The build's graph: one corpus per config of `cfgs` (`per_length`: they differ only in
+    seq_len, max_predictions and folder), from one read, deduplication, vocab and tokenisation.
+    `segmenter` is `segment.describe`'s record of --word_segmenter ({} for none)."""
+    cfg = cfgs[0]
     read = p | "ReadDocuments" >> ReadDocuments(cfg)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments()
 
@@ -70,7 +76,6 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     else:
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])
     vocab_si = beam.pvalue.AsSingleton(vocab)
-    vocab_info = vocab | "WriteVocab" >> beam.Map(write_vocab, cfg.output_dir, given_vocab is None)
 
     # Batches of 16-256 Ki characters (Beam sizes them by timing, within those bounds): memory per
     # batch stays bounded however long the documents are. A document's tokens do not depend on
@@ -81,17 +86,34 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocuments(cfg, segmenter), vocab_si
     ).with_outputs("stats", main="docs")
-    plan_si = beam.pvalue.AsSingleton(tokenized.docs | "PlanGroups" >> PlanGroups(cfg))
+    shared_stats = (read.stats, unique.stats, tokenized.stats)
 
-    instances = tokenized.docs | "CreateInstances" >> CreateInstances(cfg, vocab_si, plan_si)
-    shards = instances.records | "WriteShards" >> WriteShards(cfg.output_dir, plan_si)
+    manifests = []
+    for length_cfg in cfgs:
+        # One name per length when there are several (Beam labels must be unique in a graph).
+        stage = (lambda name: name) if len(cfgs) == 1 else (lambda name, n=length_cfg.seq_len: f"{name}{n}")
+        manifests.append(
+            write_corpus(
+                p, length_cfg, tokenized.docs, vocab, shared_stats, given_vocab is None, segmenter, stage
+            )
+        )
+    return manifests
 
+
+def write_corpus(p, cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict, stage):
+    """Tokenized documents -> one corpus at cfg.seq_len in cfg.output_dir: packing plan,
+    instances, shards, the vocab beside them and, last, the manifest."""
+    vocab_si = beam.pvalue.AsSingleton(vocab)
+    vocab_info = vocab | stage("WriteVocab") >> beam.Map(write_vocab, cfg.output_dir, trained)
+    plan_si = beam.pvalue.AsSingleton(docs | stage("PlanGroups") >> PlanGroups(cfg))
+    instances = docs | stage("CreateInstances") >> CreateInstances(cfg, vocab_si, plan_si)
+    shards = instances.records | stage("WriteShards") >> WriteShards(cfg.output_dir, plan_si)
     stats = (
-        (read.stats, unique.stats, tokenized.stats, instances.stats)
-        | "AllStats" >> beam.Flatten()
-        | "SumStats" >> beam.CombineGlobally(SumCounters())
+        (*shared_stats, instances.stats)
+        | stage("AllStats") >> beam.Flatten(pipeline=p)
+        | stage("SumStats") >> beam.CombineGlobally(SumCounters())
     )
-    return shards | "WriteManifest" >> WriteManifest(
+    return shards | stage("WriteManifest") >> WriteManifest(
         cfg,
         stats=beam.pvalue.AsSingleton(stats),
         vocab_info=beam.pvalue.AsSingleton(vocab_info),
@@ -100,18 +122,24 @@ def build_pipeline(p: beam.Pipeline, cfg: CorpusConfig, given_vocab: VocabFile |
     )
 
 
-def build(cfg: CorpusConfig, options: PipelineOptions):
-    """Runs the build `cfg` describes on the runner `options` name; returns Beam's PipelineResult
-    (a Dataflow dry run returns without running)."""
-    log.info("corpus config: %s", json.dumps(cfg.to_json_dict(), sort_keys=True))
+def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
+    """Runs the build(s) `cfgs` describe (`per_length`) on the runner `options` name; returns
+    Beam's PipelineResult (a Dataflow dry run returns without running)."""
+    cfgs = [cfgs] if isinstance(cfgs, CorpusConfig) else list(cfgs)
+    cfg = cfgs[0]
+    for length_cfg in cfgs:
+        log.info("corpus config: %s", json.dumps(length_cfg.to_json_dict(), sort_keys=True))
     given_vocab = load_given_vocab(cfg)
     segmenter = check_segmenter(cfg)
     dry_run = bool(options.get_all_options().get("dry_run"))
     if not dry_run:
         check_inputs(cfg)
-        remove_stale_manifest(cfg.output_dir)
+        if len(cfgs) > 1:  # --output then holds only seq*/ folders: a reader finds each by length
+            remove_stale_manifest(cfg.output_dir.rsplit("/", 1)[0])
+        for length_cfg in cfgs:
+            remove_stale_manifest(length_cfg.output_dir)
     p = beam.Pipeline(options=options)
-    build_pipeline(p, cfg, given_vocab, segmenter)
+    build_pipeline(p, cfgs, given_vocab, segmenter)
     result = p.run()
     if not dry_run:
         result.wait_until_finish()
@@ -191,12 +219,15 @@ def parser() -> Parser:
     return p
 
 
-def parse_args(argv: list[str], save_main_session: bool = False) -> tuple[CorpusConfig, PipelineOptions]:
-    """(the build, Beam's options) from the command line; an unknown flag is a `ConfigError`."""
+def parse_args(
+    argv: list[str], save_main_session: bool = False
+) -> tuple[list[CorpusConfig], PipelineOptions]:
+    """(the builds, one per --seq_len, and Beam's options) from the command line; an unknown flag
+    is a `ConfigError`."""
     ours = parser()
     args, rest = ours.parse_known_args(argv)
     refuse_unknown_flags(rest, ours)
-    return CorpusConfig(**vars(args)), pipeline_options(rest, save_main_session)
+    return per_length(vars(args)), pipeline_options(rest, save_main_session)
 
 
 def refuse_unknown_flags(args: list[str], ours: argparse.ArgumentParser) -> None:
@@ -250,8 +281,8 @@ def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> P
 
 def run(argv: list[str] | None = None, save_main_session: bool = False):
     """Parse the command line and build the corpus; returns the Beam PipelineResult."""
-    cfg, options = parse_args(sys.argv[1:] if argv is None else argv, save_main_session)
-    return build(cfg, options)
+    cfgs, options = parse_args(sys.argv[1:] if argv is None else argv, save_main_session)
+    return build(cfgs, options)
 
 
 def summary(manifest: schema.Manifest) -> str:
@@ -276,10 +307,11 @@ def summary(manifest: schema.Manifest) -> str:
 
 
 def _build_and_report(argv: list[str] | None) -> None:
-    cfg, options = parse_args(sys.argv[1:] if argv is None else argv)
-    build(cfg, options)
+    cfgs, options = parse_args(sys.argv[1:] if argv is None else argv)
+    build(cfgs, options)
     if not options.get_all_options().get("dry_run"):
-        print(summary(schema.read_manifest(cfg.output_dir)))
+        for cfg in cfgs:
+            print(summary(schema.read_manifest(cfg.output_dir)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ Each field's help is its flag's help in `python -m pipeline.build_corpus --help`
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from common.cli import field
@@ -15,6 +16,20 @@ from pipeline.text import codec_name
 
 def _patterns(value: str) -> tuple[str, ...]:
     return tuple(p for p in value.split(",") if p)
+
+
+def _ints(value: str) -> tuple[int, ...]:
+    """ "128" or "128,512" (argparse turns a ValueError into a usage error naming the flag)."""
+    return tuple(int(v) for v in value.split(","))
+
+
+def derived_max_predictions(seq_len: int, masked_lm_prob: float) -> int:
+    """BERT's masked positions per row for a masking rate, rounded up to a multiple of 4 (20 at
+    128 and 80 at 512 for 15 %)."""
+    return math.ceil(seq_len * masked_lm_prob / 4) * 4
+
+
+MAX_MASKED_LM_PROB = 0.4  # the highest rate published recipes use (RoBERTa-wwm, MosaicBERT: 30 %)
 
 
 def _folder(value: str) -> str:
@@ -62,9 +77,19 @@ class CorpusConfig:
     vocab_sample_sentences: int = field(
         300_000, "sentences (those with the smallest seeded hash) the vocab is trained on"
     )
-    seq_len: int = field(128, "tokens per instance, [CLS] and [SEP]s included")
-    max_predictions: int = field(20, "masked positions stored per instance (static)")
-    masked_lm_prob: float = field(0.15, "share of non-special tokens to mask")
+    seq_len: int = field(
+        128,
+        "tokens per instance, [CLS] and [SEP]s included; several (128,512) write OUTPUT/seq128/, "
+        "OUTPUT/seq512/ from one tokenisation pass, each a complete corpus",
+        parse=_ints, metavar="N[,N...]",
+    )  # fmt: skip
+    max_predictions: int | None = field(
+        None,
+        "masked positions stored per instance (static), one per --seq_len; default: "
+        "ceil(seq_len x masked_lm_prob / 4) x 4 (20 at 128, 80 at 512)",
+        parse=_ints, metavar="N[,N...]",
+    )  # fmt: skip
+    masked_lm_prob: float = field(0.15, f"share of non-special tokens to mask, up to {MAX_MASKED_LM_PROB}")
     whole_word_mask: bool = field(False, "mask all pieces of a word together")
     word_segmenter: str = field(
         "none",
@@ -143,12 +168,16 @@ class CorpusConfig:
             f"--seq_len: expected >= 5 ([CLS] A [SEP] B [SEP]), found {self.seq_len}",
         )
         need(
+            0.0 < self.masked_lm_prob <= MAX_MASKED_LM_PROB,
+            f"--masked_lm_prob: expected in (0, {MAX_MASKED_LM_PROB}], found {self.masked_lm_prob}",
+        )
+        if self.max_predictions is None:  # derived, and recorded so in the manifest
+            object.__setattr__(
+                self, "max_predictions", derived_max_predictions(self.seq_len, self.masked_lm_prob)
+            )
+        need(
             1 <= self.max_predictions <= self.seq_len,
             f"--max_predictions: expected 1..{self.seq_len}, found {self.max_predictions}",
-        )
-        need(
-            0.0 < self.masked_lm_prob < 1.0,
-            f"--masked_lm_prob: expected in (0, 1), found {self.masked_lm_prob}",
         )
         need(self.mode in ("full_sentences", "segment_pair"), f"--mode: unknown {self.mode}")
         if self.mode == "segment_pair":
@@ -176,3 +205,39 @@ class CorpusConfig:
 
     def to_json_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def per_length(values: dict) -> list[CorpusConfig]:
+    """The builds one command line asks for: `values` are CorpusConfig's fields as parsed, with
+    `seq_len` and `max_predictions` tuples (`--seq_len 128,512 --max_predictions 20,80`). One length
+    writes to --output itself; several write OUTPUT/seq{N}/ each, over the same documents and vocab."""
+    lengths = tuple(values["seq_len"]) if isinstance(values["seq_len"], tuple) else (values["seq_len"],)
+    predictions = values.get("max_predictions")
+    if predictions is None:
+        predictions = (None,) * len(lengths)
+    elif not isinstance(predictions, tuple):
+        predictions = (predictions,)
+    need(
+        len(predictions) == len(lengths),
+        f"--max_predictions: {len(predictions)} values for {len(lengths)} --seq_len values; give one "
+        "per length or none (derived from --masked_lm_prob)",
+    )
+    need(
+        len(set(lengths)) == len(lengths),
+        f"--seq_len {','.join(map(str, lengths))}: each length at most once",
+    )
+    output = _folder(values["output_dir"] or "")
+    return [
+        CorpusConfig(**{
+            **values,
+            "seq_len": length,
+            "max_predictions": p,
+            "output_dir": f"{output}/{length_folder(length)}" if len(lengths) > 1 and output else output,
+        })
+        for length, p in zip(lengths, predictions, strict=True)
+    ]  # fmt: skip
+
+
+def length_folder(seq_len: int) -> str:
+    """Where a multi-length build writes the corpus of one length, under --output."""
+    return f"seq{seq_len}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -67,15 +68,23 @@ class DynamicMasking:
         return cls.from_vocab(vocab_file, whole_word=whole_word, masked_lm_prob=masked_lm_prob)
 
     @classmethod
-    def for_corpus(cls, manifest: Manifest) -> DynamicMasking:
-        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate;
-        a segmented corpus's units come from its records (`word_starts`)."""
+    def for_corpus(cls, manifest: Manifest, masked_lm_prob: float | None = None) -> DynamicMasking:
+        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate
+        (or `masked_lm_prob`: one that needs more positions than the records hold is an
+        `InputError`); a segmented corpus's units come from its records (`word_starts`)."""
+        from pipeline.config import derived_max_predictions
         from pipeline.vocab import VocabFile
 
+        rate = manifest.masked_lm_prob if masked_lm_prob is None else masked_lm_prob
+        needed = derived_max_predictions(manifest.seq_len, rate)
+        if masked_lm_prob is not None and needed > manifest.max_predictions:
+            raise InputError(
+                f"--dynamic_masked_lm_prob {rate}: needs {needed} masked positions per row at seq_len "
+                f"{manifest.seq_len}, {manifest.folder} stores {manifest.max_predictions}; rebuild it "
+                f"with --max_predictions {needed} (or --masked_lm_prob {rate}) or lower the rate"
+            )
         masking = cls.from_vocab(
-            VocabFile.of_corpus(manifest),
-            whole_word=manifest.whole_word_mask,
-            masked_lm_prob=manifest.masked_lm_prob,
+            VocabFile.of_corpus(manifest), whole_word=manifest.whole_word_mask, masked_lm_prob=rate
         )
         if manifest.whole_word_mask and manifest.word_starts:
             masking = dataclasses.replace(masking, starts_word=None, stored_units=True)
@@ -139,15 +148,20 @@ def check_shards(manifest: Manifest, split: str, own_files: list[str]) -> None:
 
 
 def make_dataset(
-    manifest: Manifest,
+    manifest: Manifest | Sequence[Manifest],
     split: str,
     config: InputConfig,
     *,
+    rates: Sequence[float] | None = None,
     input_context: tf.distribute.InputContext | None = None,
     skip_batches: int = 0,
     on_batch=None,
 ) -> tf.data.Dataset:
     """A dataset of static-shape batches of `split` for `model.fit`; see the module docstring.
+
+    `manifest` is one corpus, or several that agree on vocab, shapes and features (a mixture,
+    `launch/data.py` checks them): training draws each record's corpus at `rates` (per example,
+    seeded: `_corpus_choices`); evaluation reads one corpus after the other.
 
     The shards are checked against the manifest first (missing, truncated or replaced: a one-line
     `InputError`). Deterministic for a given seed; its iterator can be saved with
@@ -158,16 +172,77 @@ def make_dataset(
     (masks included: a dynamic mask is seeded by the batch's index in the stream).
     `on_batch(index, parsed_batch)`, if given, runs on every batch in order (a debugging trace).
     """
-    files = shard_files(manifest, split, input_context)
-    check_shards(manifest, split, files)
-    spec = schema.parsing_spec(manifest.seq_len, manifest.max_predictions, manifest.word_starts)
+    manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
+    first = manifests[0]
+    spec = schema.parsing_spec(first.seq_len, first.max_predictions, first.word_starts)
     seed, masking, batch_size = config.seed, config.dynamic_masking, config.per_replica_batch_size
-    if masking is not None and masking.stored_units and not manifest.word_starts:
+    if masking is not None and masking.stored_units and not first.word_starts:
         raise InputError(
-            f"{manifest.path}: dynamic masking by segmenter units needs records with word_starts; "
+            f"{first.path}: dynamic masking by segmenter units needs records with word_starts; "
             "rebuild the corpus with --word_segmenter"
         )
+    # Corpus i shuffles with seed + i: one corpus reads as it always has.
+    streams = [_records(m, split, config, input_context, seed + i) for i, m in enumerate(manifests)]
+    if len(streams) == 1:
+        ds = streams[0]
+    elif config.training:
+        need(
+            rates is not None and len(rates) == len(streams), "make_dataset: one rate per corpus", InputError
+        )
+        ds = tf.data.Dataset.choose_from_datasets(streams, _corpus_choices(rates, seed))
+    else:
+        ds = streams[0]
+        for stream in streams[1:]:
+            ds = ds.concatenate(stream)
+    if skip_batches:
+        ds = ds.skip(skip_batches * batch_size)  # raw records: nothing parsed or masked
+    # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
+    # error), hence drop_remainder=True.
+    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.map(
+        lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    ds = ds.enumerate(start=skip_batches)  # each batch's index in the whole stream
+    if masking is not None:
+        max_predictions = first.max_predictions
+        ds = ds.map(
+            lambda step, batch: (step, remask(batch, masking, max_predictions, seed=(seed, step))),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    if on_batch is not None:
+        ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
+    pairs = first.pairs
+    ds = ds.map(
+        lambda step, batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
 
+
+def _corpus_choices(rates: Sequence[float], seed: int) -> tf.data.Dataset:
+    """The corpus of every record of a mixture: an endless stream of indices drawn at `rates`, a
+    pure function of the seed. Drawn 4,096 at a time: `sample_from_datasets` draws one per record
+    in a map call, which capped a three-corpus mixture at 28,000 records/s on 2 cores; these
+    vectorised draws feed the same `choose_from_datasets` at 118,000 (bench/input.py)."""
+    logits = tf.math.log(tf.constant([list(rates)], tf.float32))
+
+    def draw(pair):  # two int64s from the seeded random stream: a stateless seed per 4,096 draws
+        return tf.random.stateless_categorical(logits, 4096, pair, dtype=tf.int64)[0]
+
+    return tf.data.Dataset.random(seed=seed).batch(2).map(draw).unbatch()
+
+
+def _records(
+    manifest: Manifest,
+    split: str,
+    config: InputConfig,
+    input_context: tf.distribute.InputContext | None,
+    seed: int,
+) -> tf.data.Dataset:
+    """One corpus's serialized records: for training, shards and records shuffled by `seed` and
+    repeated forever; else every record once, in file order."""
+    files = shard_files(manifest, split, input_context)
+    check_shards(manifest, split, files)
     ds = tf.data.Dataset.from_tensor_slices(files)
     if config.training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
@@ -179,28 +254,7 @@ def make_dataset(
     )
     if config.training:
         ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if skip_batches:
-        ds = ds.skip(skip_batches * batch_size)  # raw records: nothing parsed or masked
-    # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
-    # error), hence drop_remainder=True.
-    ds = ds.batch(batch_size, drop_remainder=True)
-    ds = ds.map(
-        lambda records: _parse(records, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-    )
-    ds = ds.enumerate(start=skip_batches)  # each batch's index in the whole stream
-    if masking is not None:
-        ds = ds.map(
-            lambda step, batch: (step, remask(batch, masking, manifest.max_predictions, seed=(seed, step))),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-    if on_batch is not None:
-        ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
-    pairs = manifest.pairs
-    ds = ds.map(
-        lambda step, batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-    )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return ds
 
 
 def _after(done, batch):

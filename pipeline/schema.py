@@ -280,10 +280,27 @@ def read_manifest(folder: str) -> Manifest:
     folder = folder.rstrip("/")
     path = f"{folder}/{MANIFEST_NAME}"
     if not tf.io.gfile.exists(path):
+        lengths = corpus_lengths(folder)
+        if lengths:
+            names = ", ".join(f"{folder}/seq{n}" for n in lengths)
+            raise ManifestError(
+                f"{folder}: a corpus at several lengths ({names}); pass one of them, or train on all "
+                "with launch.pretrain --phases"
+            )
         found = "does not exist" if not tf.io.gfile.exists(folder) else "has no manifest.json"
         raise ManifestError(f"{folder}: {found}; build a corpus first (make corpus OUTPUT={folder})")
     with tf.io.gfile.GFile(path, "r") as f:
         return Manifest.from_json(f.read(), folder)
+
+
+def corpus_lengths(folder: str) -> list[int]:
+    """The lengths a multi-length build (`--seq_len 128,512`) wrote under `folder`, from its
+    seq{N}/manifest.json files, ascending; [] for any other folder."""
+    import tensorflow as tf
+
+    found = tf.io.gfile.glob(f"{folder.rstrip('/')}/seq*/{MANIFEST_NAME}")
+    names = [path.rsplit("/", 2)[-2].removeprefix("seq") for path in found]
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def build_manifest(

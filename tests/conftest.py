@@ -135,6 +135,23 @@ def small_corpus(python_docs, botchan_vocab, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mixture_corpora(python_docs, botchan_vocab, tmp_path_factory) -> Path:
+    """Two real corpora for mixtures and phases, one vocab: docs/ (library b*, ~770 train rows at
+    33) and more/ (library c*, ~8,600), each built at 33 and 45 tokens (seq33/, seq45/)."""
+    from pipeline import build_corpus
+
+    root = tmp_path_factory.mktemp("mixture")
+    library = python_docs / "library"
+    for name, pattern in (("docs", "b*"), ("more", "c*")):
+        build_corpus.run([
+            "--input", str(library / f"{pattern}.rst.txt"), "--output", str(root / name),
+            "--vocab", str(botchan_vocab), "--seq_len", "33,45", "--dupe_factor", "1",
+            "--num_shards", "2", "--doc_per_file", "--validation_fraction", "0.2",
+        ])  # fmt: skip
+    return root
+
+
+@pytest.fixture(scope="session")
 def tiny_config(small_corpus, tmp_path_factory) -> Path:
     """A BertConfig JSON with odd sizes (H 24, 3 heads, feed-forward 44) for the 32-token corpus."""
     from model.config import BertConfig

@@ -264,6 +264,7 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
 
     from launch.export import restore
     from pipeline.input import InputConfig, make_dataset
+    from pipeline.schema import read_manifest
 
     for fmt in ("hf", "google", "keras"):
         done = subprocess.run(
@@ -274,7 +275,10 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().endswith(f"({fmt}) to {tmp_path / fmt}")
     model, _, manifest, _, _ = restore(str(trained_run))
-    x, _, _ = next(iter(make_dataset(manifest, "validation", InputConfig(8, training=False))))
+    assert manifest.folder == str(trained_run / "corpus")  # the run's own copy: no shards there
+    data = read_manifest(str(small_corpus))
+    assert manifest.vocab == data.vocab and manifest.seq_len == data.seq_len
+    x, _, _ = next(iter(make_dataset(data, "validation", InputConfig(8, training=False))))
     real = {k: np.asarray(v) for k, v in x.items()}
     real["document_ids"] = real["input_mask"]  # one document per row, as Hugging Face sees a row
     hf_model, info, _ = load_quietly(transformers.BertForMaskedLM, tmp_path / "hf")

@@ -78,6 +78,10 @@ except BertbeamError as e:
     print("ERROR", e)
 summary = train(TrainConfig(model_dir=model_dir, global_batch_size=16, **common), strategy)
 print("SUMMARY", json.dumps(summary))
+# A mixture (the corpus twice, under two names) over the replicas, evaluated per corpus.
+mixture = dict(common, data=f"a={corpus}:1,b={corpus}:3", train_steps=20)
+mixed = train(TrainConfig(model_dir=model_dir + "/mixture", global_batch_size=16, **mixture), strategy)
+print("MIXTURE", json.dumps(mixed))
 """
 
 
@@ -103,3 +107,9 @@ def test_mirrored_strategy_on_two_logical_cpus_trains(small_corpus, tmp_path):
     assert summary["step"] == 30
     rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
     assert rows[-1]["loss"] < rows[0]["loss"] and np.isfinite(summary["eval"]["mlm_loss"])
+    mixed = json.loads(next(line for line in lines if line.startswith("MIXTURE"))[len("MIXTURE ") :])["eval"]
+    assert mixed["step"] == 20 and set(mixed["sources"]) == {"a", "b"}
+    # Both names read the same validation split: the same figures, and the whole is both at once.
+    assert mixed["sources"]["a"] == mixed["sources"]["b"]
+    assert mixed["mlm_loss"] == pytest.approx(mixed["sources"]["a"]["mlm_loss"], rel=1e-5)
+    assert mixed["examples"] == 2 * mixed["sources"]["a"]["examples"]

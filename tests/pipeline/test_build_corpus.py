@@ -465,9 +465,9 @@ def test_misspelled_flags_are_refused_before_anything_runs(tmp_path, botchan, ca
     assert build_corpus.main(["--input", str(botchan), "--output", str(out), "--vocab_size", "50", "x"]) == 2
     assert "unexpected argument 'x'" in capsys.readouterr().err
     # Beam's own options pass through, in both spellings, beside ours.
-    cfg, options = build_corpus.parse_args(["--input", "a.txt", "--output", "o", "--vocab_size", "50",
-                                            "--direct_num_workers=2", "--runner", "DirectRunner",
-                                            "--whole_word_mask", "--no-doc_per_file"])  # fmt: skip
+    [cfg], options = build_corpus.parse_args(["--input", "a.txt", "--output", "o", "--vocab_size", "50",
+                                              "--direct_num_workers=2", "--runner", "DirectRunner",
+                                              "--whole_word_mask", "--no-doc_per_file"])  # fmt: skip
     assert cfg.whole_word_mask and not cfg.doc_per_file
     assert options.view_as(DirectOptions).direct_num_workers == 2
 

@@ -115,7 +115,9 @@ def test_bad_data_stops_with_one_line_naming_the_file(case, small_corpus, bert_j
     report(f"bad data: {case}", detail=f"`{line}`")
 
 
-def test_configuration_mistakes_say_what_to_change(small_corpus, bert_json, tmp_path, report):
+def test_configuration_mistakes_say_what_to_change(
+    small_corpus, mixture_corpora, bert_json, tmp_path, report
+):
     empty = tmp_path / "empty"
     empty.mkdir()
     bert = BertConfig.from_json(bert_json.read_text())
@@ -132,6 +134,14 @@ def test_configuration_mistakes_say_what_to_change(small_corpus, bert_json, tmp_
         "a TPU run with local paths": (
             (small_corpus, bert_json, "--strategy", "tpu"),
             "a TPU reads and writes only gs:// paths; copy the corpus to a bucket",
+        ),
+        "a mixture of corpora that differ": (
+            (f"a={small_corpus},b={mixture_corpora / 'docs' / 'seq33'}", bert_json),
+            "seq_len 33, but a has 32; every corpus of a run needs the same vocab",
+        ),
+        "a phase without a corpus of its length": (
+            (mixture_corpora / "docs", bert_json, "--phases", "33:0.5,40:0.5"),
+            "no seq40/ corpus (found lengths 33, 45); rebuild it with --seq_len 33,40,45",
         ),
     }
     for case, ((corpus, config, *extra), hint) in cases.items():

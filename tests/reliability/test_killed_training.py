@@ -228,3 +228,77 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(command, 
         detail=f"`{line}`; after freeing space the same command resumed from ckpt-10 and ended "
         "bit-identical to an uninterrupted run",
     )
+
+
+MIXTURE_STEPS = 60  # phase 1 (33 tokens, batch 8): steps 1-30; phase 2 (45 tokens, batch 6): 31-60
+
+
+@pytest.fixture(scope="module")
+def mixture_command(mixture_corpora, tmp_path_factory):
+    """A two-corpus mixture trained in two phases: the other way a run reads its data."""
+    vocab = read_manifest(str(mixture_corpora / "docs" / "seq33")).vocab.size
+    bert = tmp_path_factory.mktemp("bert") / "bert.json"
+    bert.write_text(BertConfig(vocab, hidden_size=24, num_layers=2, num_heads=3, intermediate_size=44,
+                               max_position=48).to_json())  # fmt: skip
+    data = f"docs={mixture_corpora / 'docs'}:2,more={mixture_corpora / 'more'}:1"
+
+    def command(model_dir: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "launch.pretrain", "--data", data, "--model_dir", str(model_dir),
+            "--phases", "33:0.5,45:0.5", "--phase_batch_sizes", "8,6",
+            "--bert_config", str(bert), "--train_steps", str(MIXTURE_STEPS), "--warmup_steps", "6",
+            "--learning_rate", "1e-3", "--log_every", "5", "--checkpoint_every", str(CHECKPOINT_EVERY),
+            "--eval_every", "20", "--eval_steps", "2", "--dynamic_masking", "--trace_batches", "--no-export",
+        ]  # fmt: skip
+
+    return command
+
+
+def test_sigkills_in_a_mixture_and_inside_phase_2_change_nothing(mixture_command, tmp_path, report):
+    reference = tmp_path / "reference"
+    process = start(mixture_command(reference), tmp_path / "reference.log")
+    assert process.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
+    reference_pid = process.pid
+
+    seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    targets = [rng.randrange(12, 28), rng.randrange(42, 56)]  # one kill in each phase
+    resumed = tmp_path / "resumed"
+    segments = []
+    for n, target in enumerate(targets):
+        resumed_from = checkpointed_step(resumed)
+        process = start(mixture_command(resumed), tmp_path / f"segment{n}.log")
+        trace = resumed / "trace" / f"{process.pid}-0.tsv"
+        while (logged_step(resumed) < target or not trace.exists()) and process.poll() is None:
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
+        segments.append((process.pid, resumed_from))
+    resumed_from = checkpointed_step(resumed)
+    assert resumed_from > MIXTURE_STEPS // 2, f"seed {seed}: the last resume is not inside phase 2"
+    final = start(mixture_command(resumed), tmp_path / "final.log")
+    assert final.wait(timeout=600) == 0, (tmp_path / "final.log").read_text()[-3000:]
+    segments.append((final.pid, resumed_from))
+
+    assert_same_variables(resumed, reference, seed)
+    stream = read_trace(reference, reference_pid)
+    assert sorted(stream) == list(range(MIXTURE_STEPS))  # both phases, nothing read past a phase's end
+    ends = [start for _, start in segments[1:]] + [MIXTURE_STEPS]
+    seen = []
+    for (pid, start_step), end in zip(segments, ends, strict=True):
+        trace = read_trace(resumed, pid)
+        assert min(trace) == start_step, (
+            f"seed {seed}: pid {pid} resumed at {start_step}, read from {min(trace)}"
+        )
+        seen += [trace[i] for i in range(start_step, end)]
+    assert seen == [stream[i] for i in range(MIXTURE_STEPS)], f"seed {seed}"
+    assert [len(stream[i].split(",")) for i in (0, MIXTURE_STEPS - 1)] == [8, 6]  # each phase's batch
+    history = [json.loads(line) for line in (resumed / "history.jsonl").read_text().splitlines()]
+    reference_history = [json.loads(line) for line in (reference / "history.jsonl").read_text().splitlines()]
+    assert without_timing(history) == without_timing(reference_history)
+    assert (resumed / "eval.json").read_text() == (reference / "eval.json").read_text()
+    report(
+        "mixture in two phases SIGKILLed in each phase, resumed",
+        detail=f"seed {seed}; kills at steps {targets[0]} (seq 33) and {targets[1]} (seq 45); weights, "
+        f"slots, history, per-corpus eval bit-identical; {MIXTURE_STEPS} batches each trained once, in order",
+    )
