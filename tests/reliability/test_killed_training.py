@@ -99,6 +99,24 @@ def reference(command, tmp_path_factory) -> tuple[Path, int]:
     return model_dir, process.pid
 
 
+def kill_at_steps(command, model_dir: Path, targets: list[int], logs: Path, seed) -> list[tuple[int, int]]:
+    """Starts the run once per target and SIGKILLs it once it has logged that step; returns
+    (pid, the step it resumed from) per process."""
+    segments = []
+    for n, target in enumerate(targets):
+        resumed_from = checkpointed_step(model_dir)
+        process = start(command(model_dir), logs / f"segment{n}.log")
+        # Its own progress: history.jsonl still holds the rows a killed run logged past its last
+        # checkpoint until this run's first row replaces them, so wait for this run's trace too.
+        trace = model_dir / "trace" / f"{process.pid}-0.tsv"
+        while (logged_step(model_dir) < target or not trace.exists()) and process.poll() is None:
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
+        segments.append((process.pid, resumed_from))
+    return segments
+
+
 def kill_mid_save(process: subprocess.Popen, model_dir: Path) -> int | None:
     """SIGKILLs the run the moment a checkpoint is being written (TF writes `ckpt-N_temp/` first,
     then merges it into `ckpt-N.*`); returns N if that checkpoint was left incomplete."""
@@ -128,18 +146,7 @@ def test_sigkills_at_random_steps_and_mid_checkpoint_change_nothing(command, ref
     seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
     targets = sorted(random.Random(seed).sample(range(12, TRAIN_STEPS - 40), 3))
     resumed = tmp_path / "resumed"
-    segments = []  # (pid, the step it resumed from)
-    for n, target in enumerate(targets):
-        resumed_from = checkpointed_step(resumed)
-        process = start(command(resumed), tmp_path / f"segment{n}.log")
-        # Its own progress: history.jsonl still holds the rows a killed run logged past its last
-        # checkpoint until this run's first row replaces them, so wait for this run's trace too.
-        trace = resumed / "trace" / f"{process.pid}-0.tsv"
-        while (logged_step(resumed) < target or not trace.exists()) and process.poll() is None:
-            time.sleep(0.01)
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
-        segments.append((process.pid, resumed_from))
+    segments = kill_at_steps(command, resumed, targets, tmp_path, seed)  # (pid, the step it resumed from)
     # Then mid-save: retried if the save won the race and completed before the signal landed.
     torn = None
     for n in range(4):
@@ -264,16 +271,7 @@ def test_sigkills_in_a_mixture_and_inside_phase_2_change_nothing(mixture_command
     rng = random.Random(seed)
     targets = [rng.randrange(12, 28), rng.randrange(42, 56)]  # one kill in each phase
     resumed = tmp_path / "resumed"
-    segments = []
-    for n, target in enumerate(targets):
-        resumed_from = checkpointed_step(resumed)
-        process = start(mixture_command(resumed), tmp_path / f"segment{n}.log")
-        trace = resumed / "trace" / f"{process.pid}-0.tsv"
-        while (logged_step(resumed) < target or not trace.exists()) and process.poll() is None:
-            time.sleep(0.01)
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
-        segments.append((process.pid, resumed_from))
+    segments = kill_at_steps(mixture_command, resumed, targets, tmp_path, seed)
     resumed_from = checkpointed_step(resumed)
     assert resumed_from > MIXTURE_STEPS // 2, f"seed {seed}: the last resume is not inside phase 2"
     final = start(mixture_command(resumed), tmp_path / "final.log")
