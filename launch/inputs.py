@@ -13,16 +13,30 @@ import tensorflow as tf
 from launch.config import TrainConfig
 from launch.data import Corpora
 from launch.run_dir import RunDir
-from pipeline.input import DynamicMasking, InputConfig, make_dataset
+from pipeline.input import DynamicMasking, InputConfig, InputError, make_dataset
 from pipeline.schema import Manifest
 
 
 def dynamic_masking(config: TrainConfig, corpora: Corpora) -> DynamicMasking | None:
-    """--dynamic_masking's rules for the phase's corpora (the first one's vocab and whole-word
-    setting: a mixture shares its vocab and features), at --dynamic_masked_lm_prob if given."""
+    """--dynamic_masking's rules for the phase's corpora, at --dynamic_masked_lm_prob if given:
+    one rule for a whole mixture, so its corpora must agree on whole-word masking, and on the
+    masking rate unless --dynamic_masked_lm_prob sets it. (Vocab and features they share.)"""
     if not config.dynamic_masking:
         return None
-    return DynamicMasking.for_corpus(corpora.first, config.dynamic_masked_lm_prob)
+    first, first_name = corpora.first, corpora.names[0]
+    for name, other in zip(corpora.names[1:], corpora.manifests[1:], strict=True):
+        if other.whole_word_mask != first.whole_word_mask:
+            raise InputError(
+                f"--dynamic_masking: {name} was built with whole_word_mask {other.whole_word_mask}, "
+                f"{first_name} with {first.whole_word_mask}; one mask rule serves the mixture: rebuild "
+                "one of them or train with the stored masks"
+            )
+        if config.dynamic_masked_lm_prob is None and other.masked_lm_prob != first.masked_lm_prob:
+            raise InputError(
+                f"--dynamic_masking: {name} was built with masked_lm_prob {other.masked_lm_prob}, "
+                f"{first_name} with {first.masked_lm_prob}; choose the rate with --dynamic_masked_lm_prob"
+            )
+    return DynamicMasking.for_corpus(first, config.dynamic_masked_lm_prob)
 
 
 def train_inputs(

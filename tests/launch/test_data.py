@@ -87,6 +87,10 @@ def corpora(mixture_corpora, python_docs, botchan_vocab):
                       "--mode", "segment_pair", "--nsp", *common])  # fmt: skip
     build_corpus.run(["--output", str(mixture_corpora / "segmented"), "--vocab", str(botchan_vocab),
                       "--whole_word_mask", "--word_segmenter", "jieba", *common])  # fmt: skip
+    build_corpus.run(["--output", str(mixture_corpora / "whole_words"), "--vocab", str(botchan_vocab),
+                      "--whole_word_mask", *common])  # fmt: skip
+    build_corpus.run(["--output", str(mixture_corpora / "rate_20"), "--vocab", str(botchan_vocab),
+                      "--masked_lm_prob", "0.2", "--max_predictions", "8,8", *common])  # fmt: skip
     return mixture_corpora
 
 
@@ -127,3 +131,30 @@ def test_a_corpus_that_does_not_fit_the_others_is_named(corpora, small_corpus):
     ]:  # fmt: skip
         with pytest.raises(DataError, match=message):
             resolve(parse_sources(data), seq_len)
+
+
+def test_dynamic_masking_needs_one_rule_for_the_mixture(corpora, tmp_path):
+    from launch.config import TrainConfig
+    from launch.train import TrainError, prepare
+
+    def run(data: str, **overrides):
+        config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), strategy="cpu", global_batch_size=4,
+                             phases="33:0.5,45:0.5", train_steps=20, log_every=5, checkpoint_every=5,
+                             eval_every=5, dynamic_masking=True, **overrides)  # fmt: skip
+        return prepare(config, None)
+
+    docs = corpora / "docs"
+    with pytest.raises(
+        TrainError,
+        match=r"^--dynamic_masking: words was built with whole_word_mask True, docs "
+        r"with False; one mask rule serves the mixture",
+    ):
+        run(f"docs={docs},words={corpora / 'whole_words'}")
+    with pytest.raises(
+        TrainError,
+        match=r"^--dynamic_masking: fast was built with masked_lm_prob 0.2, docs with "
+        r"0.15; choose the rate with --dynamic_masked_lm_prob$",
+    ):
+        run(f"docs={docs},fast={corpora / 'rate_20'}")
+    assert len(run(f"docs={docs},fast={corpora / 'rate_20'}", dynamic_masked_lm_prob=0.15).stages) == 2
+    assert len(run(f"docs={docs},more={corpora / 'more'}").stages) == 2  # stored or dynamic: one rule
