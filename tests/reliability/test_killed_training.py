@@ -76,6 +76,20 @@ def read_trace(model_dir: Path, pid: int) -> dict[int, str]:
     return trace
 
 
+def trained_batches(model_dir: Path, segments: list[tuple[int, int]], steps: int, seed) -> list[str]:
+    """The batches the resumed processes trained on, joined: each (pid, step it resumed from)
+    must start reading at that step, and counts until the next one took over."""
+    ends = [resumed_from for _, resumed_from in segments[1:]] + [steps]
+    seen = []
+    for (pid, resumed_from), end in zip(segments, ends, strict=True):
+        trace = read_trace(model_dir, pid)
+        assert min(trace) == resumed_from, (
+            f"seed {seed}: pid {pid} resumed at {resumed_from}, read from {min(trace)}"
+        )
+        seen += [trace[i] for i in range(resumed_from, end)]
+    return seen
+
+
 def variables(model_dir: Path) -> dict[str, np.ndarray]:
     path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
     return {
@@ -172,14 +186,7 @@ def test_sigkills_at_random_steps_and_mid_checkpoint_change_nothing(command, ref
     stream = read_trace(reference, reference_pid)
     starts = [resumed_from for _, resumed_from in segments]
     assert starts[0] == 0 and starts == sorted(starts), f"seed {seed}: {starts}"
-    ends = starts[1:] + [TRAIN_STEPS]
-    seen = []
-    for (pid, resumed_from), end in zip(segments, ends, strict=True):
-        trace = read_trace(resumed, pid)
-        assert min(trace) == resumed_from, (
-            f"seed {seed}: pid {pid} resumed at {resumed_from}, read from {min(trace)}"
-        )
-        seen += [trace[i] for i in range(resumed_from, end)]
+    seen = trained_batches(resumed, segments, TRAIN_STEPS, seed)
     assert seen == [stream[i] for i in range(TRAIN_STEPS)], f"seed {seed}"
     assert len(set(",".join(seen).split(","))) > 0.9 * 8 * TRAIN_STEPS  # examples, mostly distinct
 
@@ -281,14 +288,7 @@ def test_sigkills_in_a_mixture_and_inside_phase_2_change_nothing(mixture_command
     assert_same_variables(resumed, reference, seed)
     stream = read_trace(reference, reference_pid)
     assert sorted(stream) == list(range(MIXTURE_STEPS))  # both phases, nothing read past a phase's end
-    ends = [start for _, start in segments[1:]] + [MIXTURE_STEPS]
-    seen = []
-    for (pid, start_step), end in zip(segments, ends, strict=True):
-        trace = read_trace(resumed, pid)
-        assert min(trace) == start_step, (
-            f"seed {seed}: pid {pid} resumed at {start_step}, read from {min(trace)}"
-        )
-        seen += [trace[i] for i in range(start_step, end)]
+    seen = trained_batches(resumed, segments, MIXTURE_STEPS, seed)
     assert seen == [stream[i] for i in range(MIXTURE_STEPS)], f"seed {seed}"
     assert [len(stream[i].split(",")) for i in (0, MIXTURE_STEPS - 1)] == [8, 6]  # each phase's batch
     history = [json.loads(line) for line in (resumed / "history.jsonl").read_text().splitlines()]
