@@ -84,14 +84,13 @@ def train_inputs(
 
 
 def validation_dataset(
-    manifests: Manifest | list[Manifest], global_batch: int, seed: int, batches: list[int]
+    manifests: list[Manifest], global_batch: int, seed: int, batches: list[int]
 ) -> tf.data.Dataset:
     """`batches[i]` global batches of corpus i's validation split, one corpus after the other, in
     file order (Keras splits them over replicas), then the same again: Keras evaluates exactly
     `sum(batches)` steps, so every evaluation sees the same examples. (Repeated, because under a
     distribution strategy Keras's iterator reads ahead: a dataset that ends with the evaluation's
     last batch raised StopIteration at the second evaluation under MirroredStrategy.)"""
-    manifests = [manifests] if isinstance(manifests, Manifest) else manifests
     config = InputConfig(per_replica_batch_size=global_batch, training=False, seed=seed)
     parts = [make_dataset(m, "validation", config).take(n) for m, n in zip(manifests, batches, strict=True)]
     ds = parts[0]

@@ -76,7 +76,7 @@ class EpochLog(keras.callbacks.Callback):
                 row["val_sources"] = self._evaluate_sources()
         self._write(step, row)
         self.history.append(row)
-        if step % self.config.checkpoint_every == 0 or step in (self.phase_end, self.config.train_steps):
+        if step % self.config.checkpoint_every == 0 or step == self.phase_end:
             self.checkpoints.save(step)
         # The progress bar's epoch line is drawn after this callback, from the same dict.
         logs.update({"step": step, "lr": row["learning_rate"], "examples/s": examples_per_s})

@@ -345,7 +345,7 @@ def fit(run: Run, stage: Stage, step: int) -> None:
         for name, m, batches in zip(
             stage.corpora.names, stage.corpora.manifests, stage.eval_batches, strict=True
         ):
-            per_source[name] = (validation_dataset(m, stage.global_batch, config.seed, [batches]), batches)
+            per_source[name] = (validation_dataset([m], stage.global_batch, config.seed, [batches]), batches)
     log = EpochLog(
         config,
         History(run.run_dir, step),

@@ -94,13 +94,13 @@ def build_pipeline(
         stage = (lambda name: name) if len(cfgs) == 1 else (lambda name, n=length_cfg.seq_len: f"{name}{n}")
         manifests.append(
             write_corpus(
-                p, length_cfg, tokenized.docs, vocab, shared_stats, given_vocab is None, segmenter, stage
+                length_cfg, tokenized.docs, vocab, shared_stats, given_vocab is None, segmenter, stage
             )
         )
     return manifests
 
 
-def write_corpus(p, cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict, stage):
+def write_corpus(cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict, stage):
     """Tokenized documents -> one corpus at cfg.seq_len in cfg.output_dir: packing plan,
     instances, shards, the vocab beside them and, last, the manifest."""
     vocab_si = beam.pvalue.AsSingleton(vocab)
@@ -110,7 +110,7 @@ def write_corpus(p, cfg, docs, vocab, shared_stats, trained: bool, segmenter: di
     shards = instances.records | stage("WriteShards") >> WriteShards(cfg.output_dir, plan_si)
     stats = (
         (*shared_stats, instances.stats)
-        | stage("AllStats") >> beam.Flatten(pipeline=p)
+        | stage("AllStats") >> beam.Flatten()
         | stage("SumStats") >> beam.CombineGlobally(SumCounters())
     )
     return shards | stage("WriteManifest") >> WriteManifest(

@@ -160,8 +160,8 @@ def make_dataset(
     """A dataset of static-shape batches of `split` for `model.fit`; see the module docstring.
 
     `manifest` is one corpus, or several that agree on vocab, shapes and features (a mixture,
-    `launch/data.py` checks them): training draws each record's corpus at `rates` (per example,
-    seeded: `_corpus_choices`); evaluation reads one corpus after the other.
+    `launch/data.py` checks them), for training: each record's corpus is drawn at `rates` (per
+    example, seeded: `_corpus_choices`). Evaluation reads one corpus per dataset.
 
     The shards are checked against the manifest first (missing, truncated or replaced: a one-line
     `InputError`). Deterministic for a given seed; its iterator can be saved with
@@ -185,15 +185,16 @@ def make_dataset(
     streams = [_records(m, split, config, input_context, seed + i) for i, m in enumerate(manifests)]
     if len(streams) == 1:
         ds = streams[0]
-    elif config.training:
+    else:
+        need(
+            config.training,
+            "make_dataset: a mixture is read for training; evaluate each corpus alone",
+            InputError,
+        )
         need(
             rates is not None and len(rates) == len(streams), "make_dataset: one rate per corpus", InputError
         )
         ds = tf.data.Dataset.choose_from_datasets(streams, _corpus_choices(rates, seed))
-    else:
-        ds = streams[0]
-        for stream in streams[1:]:
-            ds = ds.concatenate(stream)
     if skip_batches:
         ds = ds.skip(skip_batches * batch_size)  # raw records: nothing parsed or masked
     # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
