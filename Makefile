@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export bench-corpus bench-input bench-train clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-train bench-quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -128,6 +128,20 @@ EXPORT ?= $(MODEL_DIR)/$(FORMAT)
 export: $(STAMP)
 	$(BIN)/python -m launch.export --model_dir $(MODEL_DIR) --format $(FORMAT) --output $(EXPORT)
 
+# make finetune MODEL_DIR=out/demo/run TASK=data/rt_reviews: fine-tune the run's newest checkpoint on a
+# labelled folder's train/validation/test files (JSONL, TSV or CSV) into MODEL_DIR/finetune/<folder>; FT_ARGS adds any
+# `python -m launch.finetune --help` flag (--from_scratch for the baseline, --text_pair_field F, ...).
+TASK ?= data/rt_reviews
+FT_ARGS ?=
+finetune: $(STAMP)
+	@if [ "$(TASK)" = "data/rt_reviews" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) rt_reviews; fi
+	$(BIN)/python -m launch.finetune --model_dir $(MODEL_DIR) --train $$(ls $(TASK)/train.*) \
+		--name $(notdir $(TASK))$(if $(findstring --from_scratch,$(FT_ARGS)),-scratch) --validation $$(ls $(TASK)/validation.*) $$(ls $(TASK)/test.* 2>/dev/null | sed 's/^/--test /') $(FT_ARGS)
+
+# make evaluate MODEL_DIR=out/run DATA=out/other_corpus: masked-LM figures on any corpus with the run's vocab.
+evaluate: $(STAMP)
+	$(BIN)/python -m launch.evaluate --model_dir $(MODEL_DIR) --data $(DATA)
+
 bench-corpus: $(STAMP)
 	$(BIN)/python bench/corpus.py
 
@@ -139,6 +153,10 @@ bench-train: $(STAMP)
 	test -f $(DEMO)/corpus/manifest.json || \
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
 	$(BIN)/python bench/train.py --corpus $(DEMO)/corpus
+
+bench-quality: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/quality.py
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache

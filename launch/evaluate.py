@@ -1,0 +1,116 @@
+"""Masked-LM loss, accuracy and perplexity of a run's checkpoint on any corpus built with the run's
+vocab: how well the model knows text it was not trained on (another domain, a held-out build).
+
+    python -m launch.evaluate --model_dir out/demo/run --data out/other_corpus [--name NAME]
+
+Reads every full global batch of the corpus's validation split (its static shapes), at the corpus's
+own length and prediction count, and writes model_dir/eval-NAME.json (NAME: the corpus folder's
+name): examples, mlm_loss, mlm_accuracy, perplexity, and nsp_accuracy when both the run and the
+corpus have sentence pairs; plus the checkpoint, its step and the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import PurePosixPath
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402 - after the log level
+
+from common.cli import Parser, run_cli  # noqa: E402
+from common.errors import BertbeamError  # noqa: E402
+from launch.checkpoints import read_weights  # noqa: E402
+from launch.inputs import validation_dataset  # noqa: E402
+from launch.logs import mlm_loss, pick  # noqa: E402
+from launch.run_dir import RunDir  # noqa: E402
+from launch.strategy import KINDS, choose_strategy  # noqa: E402
+from model.bert import build_pretraining_model  # noqa: E402
+from model.losses import compile_pretraining  # noqa: E402
+from pipeline.schema import read_manifest  # noqa: E402
+
+
+class EvaluateError(BertbeamError):
+    """The corpus cannot be evaluated with this run's model; one line saying why."""
+
+
+def evaluate_corpus(model_dir: str, data: str, *, name: str | None = None, checkpoint: str | None = None,
+                    batch_size: int = 32, strategy: str = "auto") -> dict:  # fmt: skip
+    run = RunDir(model_dir)
+    bert = run.read_bert_config()
+    own = run.read_corpus()
+    corpus = read_manifest(data)
+    if corpus.vocab.sha256 != own.vocab.sha256:
+        raise EvaluateError(
+            f"--data {data}: built with another vocab (sha256 {corpus.vocab.sha256[:12]}...); the run's is "
+            f"{own.vocab.sha256[:12]}...: rebuild it with --vocab {run.corpus}/{own.vocab.file}"
+        )
+    if corpus.seq_len > bert.max_position:
+        raise EvaluateError(
+            f"--data {data}: seq_len {corpus.seq_len} is longer than the model's max_position "
+            f"{bert.max_position}"
+        )
+    batches = corpus.split("validation").instances // batch_size
+    if batches == 0:
+        raise EvaluateError(
+            f"--data {data}: {corpus.split('validation').instances} validation examples, fewer than one "
+            f"batch of {batch_size} (--batch_size)"
+        )
+    path = checkpoint or run.latest_checkpoint()
+    pairs = own.pairs and corpus.pairs
+    with choose_strategy(strategy).scope():
+        model = build_pretraining_model(bert, corpus.seq_len, corpus.max_predictions, pairs)
+        read_weights(model, path)  # a NSP/SOP head the corpus cannot score stays unread
+        compile_pretraining(model, keras.optimizers.SGD(), jit_compile=True)
+    validation = validation_dataset([corpus], batch_size, 0, [batches])
+    if corpus.pairs and not pairs:  # the model has no head for the corpus's sentence labels
+        validation = validation.map(lambda x, y, w: (x, {"mlm": y["mlm"]}, {"mlm": w["mlm"]}))
+    logs = model.evaluate(validation, steps=batches, return_dict=True, verbose=0)
+    loss = mlm_loss(logs)
+    results = {
+        "checkpoint": path,
+        "step": int(path.rsplit("-", 1)[-1]) if path.rsplit("-", 1)[-1].isdigit() else None,
+        "corpus": corpus.folder or data,
+        "examples": batches * batch_size,
+        "mlm_loss": loss,
+        "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
+        "perplexity": math.exp(min(loss, 700.0)),
+    }
+    if pairs:
+        results["nsp_accuracy"] = pick(logs, "nsp_accuracy")
+    name = name or PurePosixPath(data.rstrip("/")).name
+    run.write_json(f"eval-{name}.json", results)
+    return {**results, "output": run.file(f"eval-{name}.json")}
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m launch.evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
+    p.add_argument("--data", required=True, help="a corpus folder built with the run's vocab")
+    p.add_argument(
+        "--name", default=None, help="writes model_dir/eval-NAME.json (default: the corpus folder's name)"
+    )
+    p.add_argument("--checkpoint", default=None, help="a checkpoint prefix (default: the newest)")
+    p.add_argument("--batch_size", type=int, default=32, help="examples per evaluation step")
+    p.add_argument("--strategy", default="auto", choices=KINDS, help="hardware")
+    return p
+
+
+def _evaluate(argv: list[str] | None) -> None:
+    args = parser().parse_args(argv)
+    results = evaluate_corpus(
+        args.model_dir, args.data, name=args.name, checkpoint=args.checkpoint, batch_size=args.batch_size,
+        strategy=args.strategy,
+    )  # fmt: skip
+    print(json.dumps(results, indent=2, sort_keys=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_evaluate, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
