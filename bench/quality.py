@@ -337,6 +337,9 @@ def race(args, data: Path) -> dict:
         print(f"{r + 1:>5} | bertbeam {ob:>6.0f} {steps['bertbeam']:>6} {oa:>8.4f} | "
               f"keras-hub {hb:>6.0f} {steps['keras-hub']:>6} {ha:>8.4f}", flush=True)  # fmt: skip
 
+    (out / "curves.json").write_text(
+        json.dumps({"curves": curves, "steps": steps, "build_seconds": build_seconds})
+    )
     # Fine-tune both encoders the same way: weights into a bertbeam model, one checkpoint each.
     finetuned = {}
     train = labelled_subset("en", data, out, args.labelled)
@@ -350,9 +353,10 @@ def race(args, data: Path) -> dict:
         source = Pretrained(config, vocab_file, False, prefix)
         accuracies = []
         for seed in args.seeds:
-            result = finetune(
-                finetune_args(args, "en", data, train, seed, output=str(out / name / f"ft-{seed}")), source
+            task = finetune_args(
+                args, "en", data, train, seed, init_checkpoint=prefix, output=str(out / name / f"ft-{seed}")
             )
+            result = finetune(task, source)
             accuracies.append(result["accuracy"])
         finetuned[name] = spread(accuracies)
         print(f"[race] {name}: fine-tuned test accuracy {finetuned[name]['mean']:.4f} "
