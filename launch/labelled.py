@@ -58,7 +58,7 @@ def format_of(path: str, fmt: str) -> str:
 
 
 def read_examples(source: str, spec: LabelledFormat, keep_labels: list[str] | None = None) -> Examples:
-    """`source` is a file (local or gs://), or NAME:SPLIT with format tfds."""
+    """`source` is a file (local or gs://), or NAME:SPLIT with format tfds (--tfds_name)."""
     fmt = format_of(source, spec.format)
     if fmt == "tfds":
         rows = _tfds_rows(source, spec)
@@ -116,7 +116,7 @@ def _tfds_rows(source: str, spec: LabelledFormat):
 
     name, _, split = source.rpartition(":")
     if not name:
-        raise LabelledDataError(f"{source}: expected NAME:SPLIT for --format tfds")
+        raise LabelledDataError(f"{source}: expected a split of the --tfds_name dataset")
     try:
         builder = tfds.builder(name, data_dir=spec.tfds_data_dir)
         ds = builder.as_dataset(split=split)
