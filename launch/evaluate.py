@@ -72,7 +72,7 @@ def evaluate_corpus(model_dir: str, data: str, *, name: str | None = None, check
     loss = mlm_loss(logs)
     results = {
         "checkpoint": path,
-        "step": int(path.rsplit("-", 1)[-1]) if path.rsplit("-", 1)[-1].isdigit() else None,
+        "step": int(number) if (number := path.rsplit("-", 1)[-1]).isdigit() else None,
         "corpus": corpus.folder or data,
         "examples": batches * batch_size,
         "mlm_loss": loss,
