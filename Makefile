@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-train bench-quality clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -147,6 +147,9 @@ bench-corpus: $(STAMP)
 
 bench-input: $(STAMP)
 	$(BIN)/python bench/input.py
+
+bench-resume: $(STAMP)
+	$(BIN)/python bench/resume.py
 
 bench-train: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -7,7 +7,7 @@ Builds (once, into a temporary folder unless --corpus is given) the Python docs 
 seq_len 128, then times `make_dataset(training=True)` end to end (read, parse, shuffle, batch,
 cast, optionally re-mask) after a warm-up, as `model.fit` would consume it. Targets on 2 cores:
 >= 25,000 examples/s static, >= 10,000 dynamic. The mixture row reads the corpus as three sources
-at rates 1/3 (drawn per record, `choose_from_datasets` over three record streams): the cost of
+at rates 1/3 (chosen per record in blocks, `choose_from_datasets` over three record streams): the cost of
 mixing itself.
 """
 

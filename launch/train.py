@@ -19,11 +19,11 @@ What each step uses lives beside it: `data.py` (--data, mixtures, phases), `chec
 
 Resume: every checkpoint holds the model's variables (dropout RNG states included) and the
 optimizer's (slots, step counter, so also the schedule's position). The input position is the
-step counter: a resumed run rebuilds the same deterministic stream of its phase and drops the
-records it already trained on before parsing them (`make_dataset(skip_batches=...)`). Keras's
+step counter: a resumed run rebuilds the same deterministic stream of its phase, started at the
+batch it reached (`make_dataset(skip_batches=...)` seeks there by arithmetic, no replay). Keras's
 `fit` makes its own iterator from the dataset it is given, and under a distribution strategy draws
 one batch from a throwaway iterator to build the model, so a saved tf.data iterator could not be
-handed to it; replaying the record stream is what keeps the data position exact.
+handed to it; a seekable stream is what keeps the data position exact.
 """
 
 from __future__ import annotations

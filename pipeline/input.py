@@ -99,11 +99,11 @@ class InputConfig:
     training: bool = True  # shuffled and repeated forever; False: every record once, in file order
     seed: int = 0  # shard order, shuffles and dynamic masks all derive from it
     dynamic_masking: DynamicMasking | None = None  # a fresh mask per read (RoBERTa), else the stored one
-    shuffle_buffer: int = 10_000  # records shuffled across the interleaved shards
-    cycle_length: int = 8  # shards read at once
+    shuffle_window: int = 10_000  # training: records permuted together (`_seekable_records`)
+    cycle_length: int = 8  # evaluation: shards read at once
 
     def __post_init__(self):
-        for name in ("per_replica_batch_size", "shuffle_buffer", "cycle_length"):
+        for name in ("per_replica_batch_size", "shuffle_window", "cycle_length"):
             value = getattr(self, name)
             need(value >= 1, f"InputConfig.{name}: expected >= 1, found {value}", InputError)
 
@@ -167,9 +167,11 @@ def make_dataset(
     `InputError`). Deterministic for a given seed; its iterator can be saved with
     `tf.train.Checkpoint(iterator=...)`.
 
-    `skip_batches` resumes the stream: the records of the first `skip_batches` batches are read and
-    dropped before parsing, and what follows is exactly what an uninterrupted iterator would give
-    (masks included: a dynamic mask is seeded by the batch's index in the stream).
+    `skip_batches` resumes a training stream: it starts at that batch by arithmetic over the
+    manifests' per-shard record counts (`_seekable_records`, `_corpus_choices`), reading at most one
+    shuffle window and one shard's head, whatever the position; what follows is exactly what an
+    uninterrupted iterator would give (masks included: a dynamic mask is seeded by the batch's
+    index in the stream).
     `on_batch(index, parsed_batch)`, if given, runs on every batch in order (a debugging trace).
     """
     manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
@@ -181,10 +183,14 @@ def make_dataset(
             f"{first.path}: dynamic masking by segmenter units needs records with word_starts; "
             "rebuild the corpus with --word_segmenter"
         )
-    # Corpus i shuffles with seed + i: one corpus reads as it always has.
-    streams = [_records(m, split, config, input_context, seed + i) for i, m in enumerate(manifests)]
-    if len(streams) == 1:
-        ds = streams[0]
+    need(
+        config.training or not skip_batches,
+        "make_dataset: skip_batches is for training streams; evaluation reads every record once",
+        InputError,
+    )
+    start = skip_batches * batch_size  # records of this pipeline's stream before the first batch
+    if len(manifests) == 1:
+        ds = _records(first, split, config, input_context, seed, start)
     else:
         need(
             config.training,
@@ -192,11 +198,16 @@ def make_dataset(
             InputError,
         )
         need(
-            rates is not None and len(rates) == len(streams), "make_dataset: one rate per corpus", InputError
+            rates is not None and len(rates) == len(manifests),
+            "make_dataset: one rate per corpus",
+            InputError,
         )
-        ds = tf.data.Dataset.choose_from_datasets(streams, _corpus_choices(rates, seed))
-    if skip_batches:
-        ds = ds.skip(skip_batches * batch_size)  # raw records: nothing parsed or masked
+        # Corpus i shuffles with seed + i, from the records the first `start` choices took of it.
+        starts = mixture_starts(rates, seed, start)
+        streams = [
+            _records(m, split, config, input_context, seed + i, starts[i]) for i, m in enumerate(manifests)
+        ]
+        ds = tf.data.Dataset.choose_from_datasets(streams, _corpus_choices(rates, seed, start))
     # Static shapes: a partial last batch would be a second program to compile (and on TPU, an
     # error), hence drop_remainder=True.
     ds = ds.batch(batch_size, drop_remainder=True)
@@ -220,17 +231,49 @@ def make_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _corpus_choices(rates: Sequence[float], seed: int) -> tf.data.Dataset:
-    """The corpus of every record of a mixture: an endless stream of indices drawn at `rates`, a
-    pure function of the seed. Drawn 4,096 at a time: `sample_from_datasets` draws one per record
-    in a map call, which capped a three-corpus mixture at 28,000 records/s on 2 cores; these
-    vectorised draws feed the same `choose_from_datasets` at 118,000 (bench/input.py)."""
-    logits = tf.math.log(tf.constant([list(rates)], tf.float32))
+# A mixture's corpus per record comes in blocks: each block of MIXTURE_BLOCK records holds a fixed
+# quota of each corpus, in a seeded order. The quotas make the records a corpus has given by a
+# block's start a closed form, so a resumed mixture seeks each corpus (`mixture_starts`) instead
+# of replaying the choices.
+MIXTURE_BLOCK = 4096
 
-    def draw(pair):  # two int64s from the seeded random stream: a stateless seed per 4,096 draws
-        return tf.random.stateless_categorical(logits, 4096, pair, dtype=tf.int64)[0]
 
-    return tf.data.Dataset.random(seed=seed).batch(2).map(draw).unbatch()
+def _choice_block(rates: Sequence[float], seed: int, k) -> tf.Tensor:
+    """Block k of a mixture's choices: corpora 0..i take round(n * (r_0 + ... + r_i)) of the first
+    n choices at every block boundary n, so block k holds the difference, shuffled by (seed, k)."""
+    bounds = np.cumsum(np.asarray(rates, np.float64)) / float(np.sum(rates))
+    bounds[-1] = 1.0  # exactly: the quotas then sum to MIXTURE_BLOCK
+    k = tf.cast(k, tf.int64)
+
+    def counts(n):
+        upto = tf.cast(tf.floor(tf.cast(n, tf.float64) * tf.constant(bounds) + 0.5), tf.int64)
+        return upto - tf.pad(upto[:-1], [[1, 0]])
+
+    quota = counts((k + 1) * MIXTURE_BLOCK) - counts(k * MIXTURE_BLOCK)
+    corpora = tf.repeat(tf.range(len(rates), dtype=tf.int64), quota)
+    return tf.random.experimental.stateless_shuffle(corpora, tf.stack([tf.constant(seed, tf.int64), k]))
+
+
+def mixture_starts(rates: Sequence[float], seed: int, start: int) -> list[int]:
+    """Records of each corpus among a mixture's first `start` choices: the whole blocks' quotas
+    by arithmetic, then the head of one block drawn."""
+    block, head = divmod(start, MIXTURE_BLOCK)
+    bounds = np.cumsum(np.asarray(rates, np.float64)) / float(np.sum(rates))
+    bounds[-1] = 1.0
+    upto = np.floor(np.float64(block * MIXTURE_BLOCK) * bounds + 0.5).astype(np.int64)  # as the graph
+    whole = np.diff(upto, prepend=0)
+    drawn = np.bincount(_choice_block(rates, seed, block).numpy()[:head], minlength=len(rates))
+    return [int(n) for n in whole + drawn]
+
+
+def _corpus_choices(rates: Sequence[float], seed: int, start: int = 0) -> tf.data.Dataset:
+    """The corpus of every record of a mixture from choice `start` on: an endless stream of
+    indices, a pure function of the seed, drawn a block at a time (`_choice_block`): vectorised,
+    `sample_from_datasets` draws one per record in a map call, which capped a three-corpus mixture
+    at 28,000 records/s on 2 cores."""
+    block, head = divmod(start, MIXTURE_BLOCK)
+    blocks = tf.data.Dataset.counter(start=block).map(lambda k: _choice_block(rates, seed, k))
+    return blocks.unbatch().skip(head)
 
 
 def _records(
@@ -239,23 +282,67 @@ def _records(
     config: InputConfig,
     input_context: tf.distribute.InputContext | None,
     seed: int,
+    start: int = 0,
 ) -> tf.data.Dataset:
-    """One corpus's serialized records: for training, shards and records shuffled by `seed` and
-    repeated forever; else every record once, in file order."""
+    """One corpus's serialized records: for training, the seekable stream of its shards from
+    record `start` on (`_seekable_records`); else every record once, in file order."""
     files = shard_files(manifest, split, input_context)
     check_shards(manifest, split, files)
-    ds = tf.data.Dataset.from_tensor_slices(files)
     if config.training:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.interleave(
+        records = {shard.file: shard.records for shard in manifest.split(split).shards}
+        counts = [records[path.rsplit("/", 1)[-1]] for path in files]
+        return _seekable_records(files, counts, seed, start, config.shuffle_window, where=manifest.folder)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    return ds.interleave(
         _read_file,
         cycle_length=min(config.cycle_length, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    if config.training:
-        ds = ds.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    return ds
+
+
+def _seekable_records(
+    files: list[str], counts: list[int], seed: int, start: int, window: int, where: str = ""
+) -> tf.data.Dataset:
+    """The endless training order of `files` (holding `counts` records) from record `start` on.
+
+    Epoch e reads the shards whole, one after the other, in an order drawn from (seed, e); its
+    records are cut into windows of `window` (the last one shorter) and each window is permuted
+    by a draw from (seed, e, window). The builder already wrote each shard in a random order
+    (`pipeline/transforms.py`), so this is as good a shuffle as a `window`-record buffer over
+    interleaved shards, and, unlike one, the position is arithmetic: record `start` is in epoch
+    start // n, window (start % n) // `window`. A resume reads that window from the one shard
+    where it begins (skipping inside that shard only) and drops the window's records before
+    `start`: time to the first batch does not depend on the step (bench/resume.py).
+    """
+    total = sum(counts)
+    need(total > 0, f"{where}: the shards hold no records", InputError)
+    window = min(window, total)
+    first_epoch, offset = divmod(start, total)
+    first_window, skip = divmod(offset, window)
+    paths, sizes = tf.constant(files), tf.constant(counts, tf.int64)
+    key = tf.constant(seed, tf.int64)
+
+    def epoch(e):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(len(files), dtype=tf.int64), tf.stack([key, 2 * e])
+        )
+        ordered = tf.gather(sizes, order)
+        begins = tf.cumsum(ordered, exclusive=True)
+        resume_at = tf.where(e == first_epoch, tf.constant(first_window * window, tf.int64), 0)
+        # Shards wholly before the resume point are never opened; the one it falls in skips its head.
+        heads = tf.clip_by_value(resume_at - begins, 0, ordered)
+        shards = tf.data.Dataset.from_tensor_slices((tf.gather(paths, order), heads, ordered))
+        shards = shards.filter(lambda path, head, size: head < size)
+        records = shards.flat_map(lambda path, head, size: _read_file(path).skip(head))
+
+        def permute(w, batch):
+            draw = tf.random.experimental.stateless_fold_in(tf.stack([key, 2 * e + 1]), w)
+            return tf.random.experimental.stateless_shuffle(batch, draw)
+
+        return records.batch(window).enumerate(start=resume_at // window).map(permute).unbatch()
+
+    return tf.data.Dataset.counter(start=first_epoch).flat_map(epoch).skip(skip)
 
 
 def _after(done, batch):

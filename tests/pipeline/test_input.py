@@ -9,10 +9,13 @@ import pytest
 import tensorflow as tf
 
 from pipeline.input import (
+    MIXTURE_BLOCK,
     DynamicMasking,
     InputConfig,
     InputError,
+    _corpus_choices,
     make_dataset,
+    mixture_starts,
     naming_bad_shards,
     shard_files,
     unmask,
@@ -72,6 +75,71 @@ def test_input_context_gives_each_pipeline_its_own_files(small_corpus):
     )
     with pytest.raises(InputError, match="4 shards for 5 input pipelines; rebuild with --num_shards >= 5"):
         shard_files(manifest, "train", tf.distribute.InputContext(5, 0, 5))
+
+
+def records_of(ds) -> list[bytes]:
+    """Each example of a stream of batches as bytes (its ids, positions and labels)."""
+    rows = []
+    for features, labels, _ in ds:
+        content = np.concatenate(
+            [features["input_ids"], features["masked_lm_positions"], labels["mlm"]], axis=1
+        )
+        rows.extend(row.tobytes() for row in content)
+    return rows
+
+
+def test_a_resumed_stream_seeks_to_exactly_the_uninterrupted_batches(small_corpus):
+    """Seeking (no replay) gives the batches an uninterrupted stream gives from there: inside a
+    shuffle window, at a window's or an epoch's edge, epochs later, and per input pipeline."""
+    manifest = read_manifest(str(small_corpus))
+    n = manifest.split("train").instances
+    for context in (None, tf.distribute.InputContext(2, 1, 2)):
+        config = InputConfig(per_replica_batch_size=7, seed=5, shuffle_window=41)
+
+        def stream(skip, batches, context=context, config=config):
+            ds = make_dataset(manifest, "train", config, input_context=context, skip_batches=skip)
+            return records_of(ds.take(batches))
+
+        reference = stream(0, 3 * n // 7 + 10)  # three epochs and a bit
+        for skip in (1, 5, 6, n // 7, n // 7 + 1, 2 * n // 7 + 3):
+            assert stream(skip, 4) == reference[skip * 7 : skip * 7 + 28], (context, skip)
+
+
+def test_each_epoch_reads_every_record_once_in_a_new_order_even_far_away(small_corpus):
+    manifest = read_manifest(str(small_corpus))
+    everything = records_of(make_dataset(manifest, "train", InputConfig(1, training=False)))
+    n = len(everything)
+    config = InputConfig(per_replica_batch_size=1, seed=2, shuffle_window=50)
+    epochs = [records_of(make_dataset(manifest, "train", config, skip_batches=e * n).take(n)) for e in (0, 1)]
+    far = records_of(make_dataset(manifest, "train", config, skip_batches=10**9 * n).take(n))  # epoch 1e9
+    for epoch in (*epochs, far):
+        assert sorted(epoch) == sorted(everything)
+    assert epochs[0] != epochs[1] != far and epochs[0] != everything
+
+
+def test_a_mixture_seeks_each_corpus_and_its_choices(small_corpus):
+    """Choices come in blocks with fixed quotas: a seek across a block's edge equals the replay,
+    and the counts per corpus are the rates' to within one record per corpus at any point."""
+    manifest = read_manifest(str(small_corpus))
+    rates = [0.3, 0.2, 0.5]
+    choices = list(_corpus_choices(rates, seed=9).take(2 * MIXTURE_BLOCK + 50).as_numpy_iterator())
+    for start in (0, 17, MIXTURE_BLOCK - 3, MIXTURE_BLOCK, MIXTURE_BLOCK + 1000):
+        counts = np.bincount(choices[:start], minlength=3)
+        assert mixture_starts(rates, 9, start) == counts.tolist()
+        assert np.all(np.abs(counts - np.array(rates) * start) <= MIXTURE_BLOCK * 0.05 + 1)
+        assert (
+            list(_corpus_choices(rates, 9, start).take(40).as_numpy_iterator()) == choices[start : start + 40]
+        )
+    assert choices[:MIXTURE_BLOCK] != choices[MIXTURE_BLOCK : 2 * MIXTURE_BLOCK]
+    config = InputConfig(per_replica_batch_size=7, seed=1, shuffle_window=30)
+
+    def stream(skip, batches):
+        ds = make_dataset([manifest] * 3, "train", config, rates=rates, skip_batches=skip)
+        return records_of(ds.take(batches))
+
+    reference = stream(0, MIXTURE_BLOCK // 7 + 5)
+    for skip in (3, MIXTURE_BLOCK // 7):  # the second starts 1 record before block 1
+        assert stream(skip, 3) == reference[skip * 7 : skip * 7 + 21]
 
 
 def test_evaluation_reads_every_record_once(small_corpus):
