@@ -1,6 +1,9 @@
-"""BERT pretraining throughput and MFU on one GPU: BERT-base, seq_len 128, bf16, XLA.
+"""BERT pretraining throughput and MFU on one GPU: BERT-base, seq_len 128 and 512, bf16, XLA.
 
-    bash bench/gpu.sh [--batch_size 256] [--steps 200]     # the prepared wrapper; see it first
+    bash bench/gpu.sh [--seq_lens 128,512] [--batch_sizes 256,64] [--steps 200]   # see the wrapper first
+
+Each length is BERT's phase: 128 tokens with 20 predictions at batch 256, 512 with 80 at batch 64
+(the same tokens per step), each its own model and XLA program, one after the other.
 
 The model, loss, optimizer and compile call are `launch.pretrain`'s (bertbeam's Keras model, AdamW
 with BERT's schedule, MaskedLMLoss, jit_compile=True); the batches are random token ids with the
@@ -82,13 +85,55 @@ def matmul_tflops(size: int = 8192, runs: int = 20) -> float:
     return 2 * size**3 * runs / (time.perf_counter() - start) / 1e12
 
 
+def time_one_length(args, seq_len: int, max_predictions: int, batch_size: int, peak) -> dict:
+    """Build, compile (XLA) and time BERT at one sequence length, as `launch.pretrain` would."""
+    from launch.flops import training_flops_per_example
+    from launch.optimizer import build_optimizer
+    from model.bert import build_pretraining_model
+    from model.config import BertConfig
+    from model.losses import compile_pretraining
+
+    config = BertConfig.preset(args.preset, args.vocab_size)
+    model = build_pretraining_model(config, seq_len, max_predictions)
+    optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=100, total_steps=100_000)
+    compile_pretraining(model, optimizer, jit_compile=True, steps_per_execution=args.steps_per_execution)
+    spe = args.steps_per_execution
+    x, y, w = synthetic_batches(batch_size, seq_len, max_predictions, args.vocab_size, 2 * spe)
+    started = time.perf_counter()
+    model.fit(x, y, sample_weight=w, batch_size=batch_size, epochs=1, verbose=0)  # compile + warm up
+    compile_s = time.perf_counter() - started
+    timed_steps = max(spe, args.steps // spe * spe)
+    epochs = max(1, timed_steps // (2 * spe))
+    start = time.perf_counter()
+    history = model.fit(x, y, sample_weight=w, batch_size=batch_size, epochs=epochs, verbose=0)
+    elapsed = time.perf_counter() - start
+    steps = epochs * 2 * spe
+    flops = training_flops_per_example(config, seq_len, max_predictions) * batch_size
+    return {
+        "preset": args.preset,
+        "seq_len": seq_len,
+        "max_predictions": max_predictions,
+        "batch_size": batch_size,
+        "precision": args.precision,
+        "compile_and_warmup_s": round(compile_s, 1),
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "examples_per_s": steps * batch_size / elapsed,
+        "tokens_per_s": steps * batch_size * seq_len / elapsed,
+        "model_tflops_per_s": flops * steps / elapsed / 1e12,
+        "peak_tflops": peak,
+        "mfu": flops * steps / elapsed / (peak * 1e12) if peak else None,
+        "final_loss": float(history.history["loss"][-1]),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="base")
     parser.add_argument("--vocab_size", type=int, default=30522, help="BERT's English WordPiece size")
-    parser.add_argument("--seq_len", type=int, default=128)
-    parser.add_argument("--max_predictions", type=int, default=20)
-    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--seq_lens", default="128,512", help="comma-separated; each timed in turn")
+    parser.add_argument("--max_predictions", default="20,80", help="one per length (BERT's)")
+    parser.add_argument("--batch_sizes", default="256,64", help="one per length")
     parser.add_argument("--steps", type=int, default=200, help="timed steps, after a compiling warm-up")
     parser.add_argument("--steps_per_execution", type=int, default=10)
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
@@ -97,58 +142,35 @@ def main() -> int:
     parser.add_argument("--output", help="also write the figures as JSON here")
     args = parser.parse_args()
 
+    lengths = [int(n) for n in args.seq_lens.split(",")]
+    predictions = [int(n) for n in args.max_predictions.split(",")]
+    batch_sizes = [int(n) for n in args.batch_sizes.split(",")]
+    if not len(lengths) == len(predictions) == len(batch_sizes):
+        parser.error("--seq_lens, --max_predictions and --batch_sizes: one value per length each")
+
     import keras
 
-    from launch.flops import peak_tflops_for, training_flops_per_example
-    from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
-    from model.config import BertConfig
-    from model.losses import compile_pretraining
+    from launch.flops import peak_tflops_for
 
     name = gpu_name()
     peak = args.peak_tflops or peak_tflops_for(name)
     if args.precision == "bf16":
         keras.config.set_dtype_policy("mixed_bfloat16")
-    config = BertConfig.preset(args.preset, args.vocab_size)
-    model = build_pretraining_model(config, args.seq_len, args.max_predictions)
-    optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=100, total_steps=100_000)
-    compile_pretraining(model, optimizer, jit_compile=True, steps_per_execution=args.steps_per_execution)
-    spe = args.steps_per_execution
-    x, y, w = synthetic_batches(args.batch_size, args.seq_len, args.max_predictions, args.vocab_size, 2 * spe)
-    started = time.perf_counter()
-    model.fit(x, y, sample_weight=w, batch_size=args.batch_size, epochs=1, verbose=0)  # compile + warm up
-    compile_s = time.perf_counter() - started
-    timed_steps = max(spe, args.steps // spe * spe)
-    epochs = max(1, timed_steps // (2 * spe))
-    start = time.perf_counter()
-    history = model.fit(x, y, sample_weight=w, batch_size=args.batch_size, epochs=epochs, verbose=0)
-    elapsed = time.perf_counter() - start
-    steps = epochs * 2 * spe
-    flops = training_flops_per_example(config, args.seq_len, args.max_predictions) * args.batch_size
     achievable = matmul_tflops(args.matmul_size)
-    result = {
-        "device": name,
-        "backend": keras.backend.backend(),
-        "keras": keras.__version__,
-        "preset": args.preset,
-        "seq_len": args.seq_len,
-        "batch_size": args.batch_size,
-        "precision": args.precision,
-        "compile_and_warmup_s": round(compile_s, 1),
-        "steps": steps,
-        "steps_per_s": steps / elapsed,
-        "examples_per_s": steps * args.batch_size / elapsed,
-        "tokens_per_s": steps * args.batch_size * args.seq_len / elapsed,
-        "model_tflops_per_s": flops * steps / elapsed / 1e12,
-        "peak_tflops": peak,
-        "mfu": flops * steps / elapsed / (peak * 1e12) if peak else None,
-        "matmul_bf16_tflops": achievable,
-        "final_loss": float(history.history["loss"][-1]),
-    }
-    for key, value in result.items():
-        print(f"{key:>22}: {value:.4g}" if isinstance(value, float) else f"{key:>22}: {value}")
+    results = []
+    for seq_len, max_predictions, batch_size in zip(lengths, predictions, batch_sizes, strict=True):
+        result = {"device": name, "backend": keras.backend.backend(), "keras": keras.__version__,
+                  **time_one_length(args, seq_len, max_predictions, batch_size, peak),
+                  "matmul_bf16_tflops": achievable}  # fmt: skip
+        for key, value in result.items():
+            print(f"{key:>22}: {value:.4g}" if isinstance(value, float) else f"{key:>22}: {value}")
+        print(flush=True)
+        results.append(result)
+        keras.backend.clear_session()
+    print(json.dumps({str(r["seq_len"]): {k: r[k] for k in ("examples_per_s", "tokens_per_s", "mfu")}
+                      for r in results}))  # fmt: skip
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=2))
+        Path(args.output).write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# BERT-base, seq_len 128, bf16, XLA: pretraining throughput and MFU on one GPU (well under 10 min).
+# BERT-base, seq_len 128 and 512, bf16, XLA: pretraining throughput and MFU on one GPU (well under
+# 10 min: two compiles and 2 x 200 steps).
 #
-#   bash bench/gpu.sh [--batch_size 256] [--steps 200] [--output result.json]
+#   bash bench/gpu.sh [--seq_lens 128,512] [--batch_sizes 256,64] [--steps 200] [--output result.json]
 #
 # Runs bench/gpu.py with TensorFlow when it is installed (bertbeam's production backend). Without
 # it, Keras runs the same model code on JAX: the GPU image this project is lent has JAX and no
