@@ -36,7 +36,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
-from pipeline import schema, segment
+from pipeline import progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
 from pipeline.transforms import (
     BadInputError,
@@ -139,10 +139,12 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
         for length_cfg in cfgs:
             remove_stale_manifest(length_cfg.output_dir)
     p = beam.Pipeline(options=options)
+    progress.reset()
     build_pipeline(p, cfgs, given_vocab, segmenter)
     result = p.run()
     if not dry_run:
         result.wait_until_finish()
+        progress.log_totals()
     return result
 
 
@@ -319,6 +321,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Progress (a line per file read, per shard written) on the console; not when imported.
+    # Progress (a line per stage every few seconds, per shard written) on the console; not when imported.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     sys.exit(main())

@@ -22,6 +22,7 @@ import gzip
 import itertools
 import logging
 import os
+import time
 import zlib
 from collections import Counter
 
@@ -34,6 +35,7 @@ from apache_beam.metrics import Metrics
 
 from common.errors import BertbeamError
 from common.files import write_atomically
+from pipeline import progress as _progress
 from pipeline import schema, segment, text
 from pipeline.config import CorpusConfig
 from pipeline.instances import SpecialIds, TokenizedDoc, create_instances
@@ -80,7 +82,8 @@ class SumCounters(beam.CombineFn):
 
 @contextlib.contextmanager
 def _open_decompressed(path: str):
-    """A binary stream of the file's text, decompressed by extension.
+    """(a binary stream of the file's text, decompressed by extension; the raw file under it,
+    whose position is the bytes read so far).
 
     Python's own gzip/bz2 readers, not Beam's CompressedFile, because only they offer
     readline(size), which the bounded line reader needs.
@@ -88,45 +91,58 @@ def _open_decompressed(path: str):
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         if path.endswith(".gz"):
             with gzip.GzipFile(fileobj=raw, mode="rb") as f:
-                yield f
+                yield f, raw
         elif path.endswith(".bz2"):
             with bz2.BZ2File(raw, mode="rb") as f:
-                yield f
+                yield f, raw
         else:
-            yield raw
+            yield raw, raw
 
 
 class ReadFileDocuments(beam.DoFn):
-    """A file -> its normalised documents, streamed line by line; a "stats" output per file."""
+    """A file -> its normalised documents, streamed line by line; a "stats" output per file.
+    Progress: bytes read (of `total_bytes`, all files' sizes from the glob) and documents."""
 
-    def __init__(self, cfg: CorpusConfig):
+    def __init__(self, cfg: CorpusConfig, total_bytes: int | None = None, launcher_pid: int | None = None):
         self._cfg = cfg
+        self._total_bytes = total_bytes
+        self._launcher_pid = launcher_pid
 
     def _documents(self, path: str, stats: Counter):
-        with _open_decompressed(path) as f:
+        with _open_decompressed(path) as (f, _):
             head = f.read(text.SNIFF_BYTES)
         encoding, bom = text.sniff_encoding(head, self._cfg.encoding)
         if text.looks_binary(head[bom:], encoding):
             hint = "" if bom else " (text in another encoding needs --encoding NAME)"
             raise BadInputError(f"{path}: looks binary, not {encoding} text{hint}")
         stats[f"encoding/{encoding}{' with BOM' if bom else ''}"] += 1
-        with _open_decompressed(path) as f:
+        progress = _progress.stage(
+            "read", total=self._total_bytes, unit="bytes", launcher_pid=self._launcher_pid
+        )
+        with _open_decompressed(path) as (f, raw):
             f.read(bom)
             lines = text.read_lines(f, encoding, self._cfg.max_line_bytes, stats)
             if self._cfg.format == "jsonl":
-                yield from text.jsonl_documents(
+                documents = text.jsonl_documents(
                     lines,
                     text_field=self._cfg.text_field,
                     max_document_chars=self._cfg.max_document_chars,
                     stats=stats,
                 )
             else:
-                yield from text.text_documents(
+                documents = text.text_documents(
                     lines,
                     doc_per_file=self._cfg.doc_per_file,
                     max_document_chars=self._cfg.max_document_chars,
                     stats=stats,
                 )
+            counted = 0
+            for document in documents:
+                position = raw.tell()
+                progress.add(position - counted, documents=1)
+                counted = position
+                yield document
+            progress.add(raw.tell() - counted)
 
     def process(self, path: str):
         stats = Counter({"input/files": 1})
@@ -145,7 +161,7 @@ class ReadFileDocuments(beam.DoFn):
         if documents == 0 and not any(k.startswith("skipped/bad_file") for k in stats):
             stats["skipped/empty_file"] += 1
         stats["input/documents"] += documents
-        log.info("read %s: %d documents", path, documents)
+        log.debug("read %s: %d documents", path, documents)  # progress lines: pipeline/progress.py
         yield beam.pvalue.TaggedOutput("stats", _count(stats))
 
 
@@ -184,6 +200,7 @@ class _ExtractField(beam.DoFn):
                 value, max_document_chars=self._cfg.max_document_chars, stats=stats
             ):
                 stats["input/documents"] += 1
+                _progress.stage("read", unit="documents").add(1)
                 yield document
         yield beam.pvalue.TaggedOutput("stats", _count(stats))
 
@@ -198,14 +215,25 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pipeline):
         if self._cfg.format == "tfds":
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
+        read = ReadFileDocuments(self._cfg, _input_bytes(self._cfg.input_patterns), os.getpid())
         return (
             pipeline
             | "Patterns" >> beam.Create(list(self._cfg.input_patterns))
             | "MatchFiles" >> fileio.MatchAll()
             | "Paths" >> beam.Map(lambda metadata: metadata.path)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(ReadFileDocuments(self._cfg)).with_outputs("stats", main="docs")
+            | "ReadFiles" >> beam.ParDo(read).with_outputs("stats", main="docs")
         )
+
+
+def _input_bytes(patterns) -> int | None:
+    """The input's size, from one glob when the graph is built: progress lines give a share of it
+    (MatchFiles globs again inside the pipeline; a file that appears in between is read, and
+    the share passes 100 %). None when the glob fails (a Dataflow dry run without credentials)."""
+    try:
+        return sum(m.size_in_bytes for r in FileSystems.match(list(patterns)) for m in r.metadata_list)
+    except Exception:  # progress is a nicety: whatever stops the glob, the build itself reports
+        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,11 +312,18 @@ def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> VocabF
             "no text to train a vocab on: every input document was empty or skipped; check --input"
         )
     sentences = [s for _, s in sample]
+    # One library call, no progress inside it: say what it is doing, and how long it took.
+    kind = "WordPiece" if cfg.vocab_model_type == "wordpiece" else f"sentencepiece {cfg.vocab_model_type}"
+    log.info("training a %s vocab of %d on %s sampled sentences", kind, cfg.vocab_size, f"{len(sentences):,}")
+    started = time.monotonic()
     if cfg.vocab_model_type == "wordpiece":
         data = train_wordpiece(sentences, vocab_size=cfg.vocab_size, lower_case=cfg.do_lower_case)
-        return VocabFile("wordpiece", data, cfg.do_lower_case)
-    model = train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
-    return VocabFile("sentencepiece", model)
+        vocab_file = VocabFile("wordpiece", data, cfg.do_lower_case)
+    else:
+        model = train_sentencepiece(sentences, vocab_size=cfg.vocab_size, model_type=cfg.vocab_model_type)
+        vocab_file = VocabFile("sentencepiece", model)
+    log.info("trained the vocab in %.1f s", time.monotonic() - started)
+    return vocab_file
 
 
 def write_vocab(vocab_file: VocabFile, output_dir: str, trained: bool) -> schema.VocabInfo:
@@ -314,6 +349,7 @@ class TokenizeDocuments(beam.DoFn):
     def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None):
         self._cfg = cfg
         self._segmenter_info = segmenter or {}  # segment.describe's record, checked against what loads
+        self._launcher_pid = os.getpid()  # progress: a worker elsewhere names itself
         self._loaded = None
         self._segment = None
 
@@ -353,6 +389,8 @@ class TokenizeDocuments(beam.DoFn):
             units = None if starts is None else starts[token_at : token_at + n]
             token_at += n
             yield split_of(key, self._cfg.validation_fraction), TokenizedDoc(key, tokens, lengths, units)
+        progress = _progress.stage("tokenized", unit="documents", launcher_pid=self._launcher_pid)
+        progress.add(len(batch), tokens=token_at)
         if skipped:
             yield beam.pvalue.TaggedOutput("stats", _count(Counter({"skipped/no_tokens": skipped})))
 
@@ -397,13 +435,18 @@ class PlanGroups(beam.PTransform):
         )
 
 
+def estimate_instances(tokens: int, dupes: int, seq_len: int) -> int:
+    """Rows a split's tokens make if every row is full: a lower bound, close for packed rows."""
+    return dupes * -(-tokens // (seq_len - 2))
+
+
 def make_plan(token_totals: dict, cfg: CorpusConfig) -> dict:
     """Per split: tokens, packing groups, shards. A pure function of the token counts."""
     plan = {}
     for split in schema.SPLITS:
         tokens = int(token_totals.get(split, 0))
         dupes = cfg.dupe_factor if split == "train" else 1
-        estimated_instances = dupes * -(-tokens // (cfg.seq_len - 2))
+        estimated_instances = estimate_instances(tokens, dupes, cfg.seq_len)
         requested = cfg.num_shards if split == "train" else cfg.num_validation_shards
         shards = requested or max(1, -(-estimated_instances // cfg.records_per_shard))
         plan[split] = {
@@ -430,6 +473,7 @@ class CreateGroupInstances(beam.DoFn):
 
     def __init__(self, cfg: CorpusConfig):
         self._cfg = cfg
+        self._launcher_pid = os.getpid()  # progress: a worker elsewhere names itself
         self._loaded = None
 
     def _tables(self, vocab_file):  # the vocab arrives as a side input: loaded once per worker
@@ -442,6 +486,11 @@ class CreateGroupInstances(beam.DoFn):
             )
             self._loaded = (vocab_file, MaskingTables.from_vocab(vocab), ids)
         return self._loaded[1], self._loaded[2]
+
+    def _progress(self, plan):
+        total = sum(estimate_instances(p["tokens"], p["dupes"], self._cfg.seq_len) for p in plan.values())
+        name = f"written at seq {self._cfg.seq_len}"
+        return _progress.stage(name, total=total, unit="instances", launcher_pid=self._launcher_pid)
 
     def process(self, grouped, vocab_file, plan):
         cfg = self._cfg
@@ -466,6 +515,7 @@ class CreateGroupInstances(beam.DoFn):
             stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
             stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
             stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
+            self._progress(plan).add(n)
         for shard, records in sorted(by_shard.items()):
             path = part_path(cfg.output_dir, split, shard, group)
             write_part(path, sorted(records))  # rewritten identically if the bundle is retried

@@ -548,3 +548,50 @@ def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
         "  files by encoding: utf-8 2",
         "warning: no instances were written: every input document was empty or skipped",
     ]
+
+
+def test_progress_counts_every_byte_document_and_instance(
+    tmp_path, botchan, botchan_vocab, monkeypatch, caplog
+):
+    """Progress lines per stage while the build runs, and the same figures as Beam counters: at
+    the end they equal the input's bytes (compressed ones included) and the manifest's counts."""
+    import logging
+
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipeline import progress
+
+    monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per update
+    (tmp_path / "in").mkdir()
+    lines = [line for line in botchan.read_text(encoding="utf-8").splitlines() if line.strip()]
+    documents = ["\n".join(lines[i : i + 20]) for i in range(0, len(lines), 20)]
+    thirds = [documents[i::3] for i in range(3)]
+    (tmp_path / "in" / "a.txt").write_text("\n\n".join(thirds[0]), encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text("\n\n".join(thirds[1]), encoding="utf-8")
+    (tmp_path / "in" / "c.txt.gz").write_bytes(gzip.compress("\n\n".join(thirds[2]).encode()))
+    total = sum(path.stat().st_size for path in (tmp_path / "in").iterdir())
+    caplog.set_level(logging.INFO, logger="bertbeam.corpus")
+    result = build_corpus.run(["--input", str(tmp_path / "in" / "*"), "--output", str(tmp_path / "out"),
+                               "--vocab", str(botchan_vocab), "--seq_len", "23", "--max_predictions", "4",
+                               "--dupe_factor", "3"])  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    splits = manifest["splits"].values()
+
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter().with_namespace("bertbeam"))["counters"]
+    }
+    assert counters["progress/read bytes"] == total
+    assert counters["progress/read documents"] == manifest["input"]["documents"] > 30
+    assert counters["progress/tokenized documents"] == sum(s["documents"] for s in splits)
+    assert counters["progress/written_at_seq_23 instances"] == sum(s["instances"] for s in splits)
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "bertbeam.corpus"]
+    reads = [line for line in lines if line.startswith("read: ")]
+    shares = [int(line.split("(")[1].split(" %")[0]) for line in reads]
+    assert len(reads) >= manifest["input"]["documents"] and shares == sorted(shares) and shares[-1] == 100
+    assert all(" MB/s" in line for line in reads) and any(" s left" in line for line in reads)
+    done = {line.split(":")[0]: line for line in lines if line.startswith("done, ")}
+    assert f"{manifest['input']['documents']:,} documents" in done["done, read"]
+    instances = sum(s["instances"] for s in splits)
+    assert done["done, written at seq 23"].startswith(f"done, written at seq 23: {instances:,} of about ")
