@@ -51,12 +51,16 @@ class Checkpoints:
     mid-save leaves the previous checkpoint as the latest, since the `checkpoint` index file is
     replaced only after the new files are complete."""
 
-    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, folder: str, keep: int):
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, folder: str, keep: int,
+                 restore_from: str | None = None):  # fmt: skip
+        """Saves into `folder`; restores from `restore_from` (default: `folder`): a worker other
+        than the chief resumes from the chief's checkpoints and saves into a scratch folder."""
         self.optimizer = optimizer
         self.checkpoint = tf.train.Checkpoint(
             model=model_variables(model), optimizer=optimizer_variables(optimizer)
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, folder, max_to_keep=keep)
+        self.restore_from = restore_from or folder
 
     @staticmethod
     def latest_step(folder: str) -> int:
@@ -67,8 +71,9 @@ class Checkpoints:
 
     def restore(self) -> int:
         """Restores the latest checkpoint, if any; returns the optimizer updates done so far."""
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_consumed()
+        latest = tf.train.latest_checkpoint(self.restore_from)
+        if latest:
+            self.checkpoint.restore(latest).assert_consumed()
         return int(self.optimizer.iterations.numpy())
 
     def save(self, step: int) -> str:

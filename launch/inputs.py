@@ -80,7 +80,23 @@ def train_inputs(
             on_batch=on_batch,
         )
 
-    return strategy.distribute_datasets_from_function(train_fn)
+    return strategy.distribute_datasets_from_function(train_fn, input_options(strategy, corpora))
+
+
+def input_options(strategy: tf.distribute.Strategy, corpora: Corpora) -> tf.distribute.InputOptions | None:
+    """Under MirroredStrategy, one input pipeline per replica, each reading its own shards, when
+    every corpus has a shard per replica: replica r then trains on what worker r of a multi-worker
+    run with one replica per worker trains on, so the same run on 2 devices of one host or on 2
+    hosts sees the same batches (a test compares the losses). With fewer shards, one pipeline
+    feeds all replicas, as Keras does by default."""
+    replicas = strategy.num_replicas_in_sync
+    if not isinstance(strategy, tf.distribute.MirroredStrategy) or replicas == 1:
+        return None
+    if any(len(m.split("train").shards) < replicas for m in corpora.manifests):
+        return None
+    return tf.distribute.InputOptions(
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
+    )
 
 
 def validation_dataset(

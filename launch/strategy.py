@@ -66,7 +66,27 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
         config["task"]["index"]
     except (ValueError, KeyError, TypeError) as e:
         raise StrategyError(f"--strategy multi_worker: TF_CONFIG is not a valid cluster spec ({e})") from None
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    return MultiWorkerStrategy()
+
+
+class MultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """MultiWorkerMirroredStrategy with the `reduce` Keras 3's `fit` expects of it. With more than
+    one worker, Keras 3.15's fit on TF 2.21 fails twice in `reduce` (keras-team/keras#20585,
+    tensorflow/tensorflow#72388, open):
+    - it reduces its first batch, a dict of per-replica tensors, to build the model, and the
+      multi-worker `reduce` converts the whole dict to one tensor: here each tensor is reduced;
+    - it averages each step's logs, per-replica scalars, with `axis=0`, which a scalar does not
+      have: here a scalar is averaged across replicas, as Keras's "mean" does for one worker.
+    Everything else is TF's strategy. Drop this class once those issues are fixed upstream."""
+
+    def reduce(self, reduce_op, value, axis):
+        reduce_one = super().reduce
+
+        def one(v):
+            scalar = self.experimental_local_results(v)[0].shape.rank == 0
+            return reduce_one(reduce_op, v, None if scalar else axis)
+
+        return tf.nest.map_structure(one, value)
 
 
 def batch_sizes(

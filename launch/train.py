@@ -28,9 +28,14 @@ handed to it; a seekable stream is what keeps the data position exact.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
+import os
+import re
 import sys
+import tempfile
 
 import keras
 import tensorflow as tf
@@ -89,12 +94,23 @@ class Run:
     """What the steps of one run share, resolved once at the start."""
 
     config: TrainConfig
-    run_dir: RunDir
+    run_dir: RunDir  # --model_dir: what a resumed run reads
     stages: list[Stage]  # one per phase, in order
     bert: BertConfig
     strategy: tf.distribute.Strategy
     model: keras.Model | None = None
     checkpoints: Checkpoints | None = None
+    # Where this process writes: run_dir on the chief (and any single-worker run); on the other
+    # workers of a multi-worker run, a local scratch folder, deleted at the end. They must still
+    # save checkpoints and summaries (TF's collective saves need every worker), just not there.
+    write_dir: RunDir | None = None
+
+    def __post_init__(self):
+        self.write_dir = self.write_dir or self.run_dir
+
+    @property
+    def chief(self) -> bool:
+        return self.write_dir == self.run_dir
 
     def stage_at(self, step: int) -> Stage:
         """The phase that trains update `step + 1` (the last one once training is done)."""
@@ -127,27 +143,55 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
         stage = run.stage_at(Checkpoints.latest_step(run.run_dir.checkpoints))
         step = build(run, stage)
         check_resume_point(config, step)
-        run.run_dir.write(CONFIG, config.to_json(run.resolved))
-        run.run_dir.write(BERT_CONFIG, run.bert.to_json())
+        run.write_dir.write(CONFIG, config.to_json(run.resolved))
+        run.write_dir.write(BERT_CONFIG, run.bert.to_json())
         print(f"{'resuming at' if step else 'starting at'} step {step} of {config.train_steps}", flush=True)
-        while True:
-            fit(run, stage, step)
-            step = int(run.model.optimizer.iterations.numpy())
-            if stage is run.stages[-1]:
-                break
-            stage = run.stage_at(step)
-            print(f"phase at seq_len {stage.manifest.seq_len} from step {step}", flush=True)
-            build(run, stage)  # restores the checkpoint written at the previous phase's end
-        results = finish(run, stage)
+        with lost_worker_is_one_line(run):
+            while True:
+                fit(run, stage, step)
+                step = int(run.model.optimizer.iterations.numpy())
+                if stage is run.stages[-1]:
+                    break
+                stage = run.stage_at(step)
+                print(f"phase at seq_len {stage.manifest.seq_len} from step {step}", flush=True)
+                build(run, stage)  # restores the checkpoint written at the previous phase's end
+            results = finish(run, stage)
+        summary = {
+            "step": int(run.model.optimizer.iterations.numpy()),
+            "eval": results,
+            "model_dir": config.model_dir,
+        }
+        run.write_dir.write_json(SUMMARY, summary)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    summary = {
-        "step": int(run.model.optimizer.iterations.numpy()),
-        "eval": results,
-        "model_dir": config.model_dir,
-    }
-    run.run_dir.write_json(SUMMARY, summary)
+        if not run.chief:
+            tf.io.gfile.rmtree(run.write_dir.path)
     return summary
+
+
+@contextlib.contextmanager
+def lost_worker_is_one_line(run: Run):
+    """A multi-worker run whose peer died: TF's coordination service stops the others with an
+    error listing the tasks that stopped sending heartbeats (or a collective that was aborted).
+    Turned into one line naming the lost worker and its address, and how to resume."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as e:
+        if not isinstance(run.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            raise
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [])
+        tasks = sorted({int(t) for t in re.findall(r"/job:worker/replica:\d+/task:(\d+)", e.message or "")})
+        me = run.strategy.cluster_resolver.task_id
+        lost = [t for t in tasks if t != me] or tasks
+        named = ", ".join(f"worker {t} ({cluster[t]})" if t < len(cluster) else f"worker {t}" for t in lost)
+        cause = (
+            f"{named} stopped" if named else f"a worker stopped ({(e.message or '').splitlines()[0][:200]})"
+        )
+        step = Checkpoints.latest_step(run.run_dir.checkpoints)
+        raise TrainError(
+            f"--strategy multi_worker: {cause}, and the job cannot go on without it; start every "
+            f"worker again with the same command to resume from the last checkpoint (step {step})"
+        ) from None
 
 
 # === prepare ===
@@ -181,7 +225,13 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
         eval_batches = tuple(validation_batches(config, m, global_batch) for m in phase_corpora.manifests)
         stages.append(Stage(phase, phase_corpora, global_batch, per_replica, eval_batches))
     tf.io.gfile.makedirs(config.model_dir)
-    run = Run(config, RunDir(config.model_dir), stages, bert, strategy)
+    write_dir = None
+    if not strategy.extended.should_checkpoint:  # a worker of a multi-worker run, not the chief
+        task = strategy.cluster_resolver.task_id
+        write_dir = RunDir(tempfile.mkdtemp(prefix=f"bertbeam-worker{task}-"))
+        print(f"worker {task}: the chief writes {config.model_dir}; this worker's copies go to "
+              f"{write_dir.path} (deleted at the end)", flush=True)  # fmt: skip
+    run = Run(config, RunDir(config.model_dir), stages, bert, strategy, write_dir=write_dir)
     print(f"config: {config.to_json()}\nmodel: {bert.to_json()}", flush=True)
     report_data(run)
     return run
@@ -298,11 +348,17 @@ def build(run: Run, stage: Stage | None = None) -> int:
             jit_compile=config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
-        run.checkpoints = Checkpoints(run.model, optimizer, run.run_dir.checkpoints, config.keep_checkpoints)
+        run.checkpoints = Checkpoints(
+            run.model,
+            optimizer,
+            run.write_dir.checkpoints,
+            config.keep_checkpoints,
+            restore_from=run.run_dir.checkpoints,
+        )
         step = run.checkpoints.restore()
         if step == 0 and config.init_checkpoint:
             warm_start(run.model, config.init_checkpoint)
-    run.run_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
+    run.write_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
     return step
 
 
@@ -348,7 +404,7 @@ def fit(run: Run, stage: Stage, step: int) -> None:
             per_source[name] = (validation_dataset([m], stage.global_batch, config.seed, [batches]), batches)
     log = EpochLog(
         config,
-        History(run.run_dir, step),
+        History(run.write_dir, step),
         run.checkpoints,
         global_batch=stage.global_batch,
         seq_len=manifest.seq_len,
@@ -380,8 +436,8 @@ def fit(run: Run, stage: Stage, step: int) -> None:
 def finish(run: Run, stage: Stage) -> dict:
     """The final evaluation, the loss plot and, unless --no-export, model_dir/export/."""
     results = final_evaluation(run, stage)
-    plot_loss(read_history(run.run_dir), run.run_dir.file(LOSS_PLOT))
-    if run.config.export:
+    plot_loss(read_history(run.write_dir), run.write_dir.file(LOSS_PLOT))
+    if run.config.export and run.chief:  # a local copy of the weights: no other worker takes part
         export(run.model, bert=run.bert, manifest=stage.manifest, config=run.config)
     return results
 
@@ -403,7 +459,7 @@ def final_evaluation(run: Run, stage: Stage) -> dict:
             name: evaluate(run, stage, [m], [n])
             for name, m, n in zip(corpora.names, corpora.manifests, batches, strict=True)
         }
-    run.run_dir.write_json(EVAL, results)
+    run.write_dir.write_json(EVAL, results)
     return results
 
 
