@@ -143,6 +143,7 @@ evaluate: $(STAMP)
 	$(BIN)/python -m launch.evaluate --model_dir $(MODEL_DIR) --data $(DATA)
 
 bench-corpus: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/corpus.py
 
 bench-input: $(STAMP)

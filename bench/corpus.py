@@ -11,6 +11,14 @@ process: sentencepiece encoding alone of the same text on the same cores, and th
 pipeline's per-core text rate to it. Copies of the corpus get a distinct first line each, so
 deduplication keeps them.
 
+Side by side with google-research/bert (`--corpora google`): its create_pretraining_data.py (PyPI's
+bert-tensorflow 1.0.4, TF1 code run through tf.compat.v1) and bertbeam on the same work: the
+Python docs as technical documentation in BERT's input format (a paragraph per line, a blank line
+between files), a lower-cased 30,522-piece WordPiece vocab.txt (trained by bertbeam beforehand:
+Google's uncased vocab cannot be downloaded here), seq_len 128, 20 predictions, dupe 5, NSP.
+Per builder: seconds, peak RSS, rows, real tokens per row (fill) and full rows; the ratio is
+Google's time over ours. Target: >= 5x, and a fill at least Google's.
+
 Chinese (zh_reviews, ~7.4 MB): per DirectRunner mode, the whole-word build with a trained
 character WordPiece vocab, without a segmenter and with jieba, beside jieba alone on the same
 sentences on as many processes. Target: the jieba build takes at most 1.2x (build without a
@@ -61,11 +69,25 @@ def make_inputs(source: Path, folder: Path, copies: int) -> tuple[str, int, int]
     return str(folder / "*.rst.txt"), files, size
 
 
-def run_pipeline(args: list[str]) -> tuple[float, float]:
-    """(pipeline seconds, peak RSS in MiB of the process and all its children)."""
+GOOGLE = """
+import sys, time
+from absl import app
+from bert import create_pretraining_data as builder
+start = time.perf_counter()
+try:
+    app.run(builder.main, argv=["create_pretraining_data.py", *sys.argv[1:]])
+except SystemExit:
+    pass
+print("BENCH " + json.dumps({"seconds": time.perf_counter() - start}))
+""".replace("import sys, time", "import json, sys, time")
+
+
+def run_pipeline(args: list[str], script: str = RUN_ONE) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB of the process and all its children) of a build: bertbeam's
+    (`script` RUN_ONE, `args` its flags) or google-research/bert's (GOOGLE)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", RUN_ONE, *args],
+        [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -184,14 +206,138 @@ def main() -> int:
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--modes", nargs="+", default=["in_memory", "multi_processing"])
     parser.add_argument("--data", default=str(REPO / "data"))
-    parser.add_argument("--corpora", nargs="+", default=["docs", "zh"], choices=["docs", "zh"])
+    parser.add_argument(
+        "--corpora", nargs="+", default=["docs", "google", "zh"], choices=["docs", "google", "zh"]
+    )
     args = parser.parse_args()
     cores = psutil.cpu_count(logical=True)
     if "docs" in args.corpora:
         docs(args, cores)
+    if "google" in args.corpora:
+        against_google(args.data, cores)
     if "zh" in args.corpora:
         chinese(args.data, args.modes, cores)
     return 0
+
+
+def google_format(source: Path, path: Path) -> int:
+    """The docs in BERT's input format: a paragraph per line, a blank line between files; bytes."""
+    with path.open("w", encoding="utf-8") as out:
+        for file in sorted(source.rglob("*.rst.txt")):
+            text = file.read_text(encoding="utf-8", errors="replace")
+            paragraphs = [
+                " ".join(line.strip() for line in p.splitlines() if line.strip()) for p in text.split("\n\n")
+            ]
+            out.write("\n".join(p for p in paragraphs if p) + "\n\n")
+    return path.stat().st_size
+
+
+def fill(files: list[str], seq_len: int = 128) -> tuple[int, float, float]:
+    """(rows, mean real tokens per row, share of full rows) of TFRecord files of BERT examples."""
+    import numpy as np
+    import tensorflow as tf
+
+    spec = {"input_mask": tf.io.FixedLenFeature([seq_len], tf.int64)}
+    parsed = tf.data.TFRecordDataset(files).batch(8192).map(lambda r: tf.io.parse_example(r, spec))
+    real = np.concatenate([batch["input_mask"].numpy().sum(axis=1) for batch in parsed])
+    return len(real), float(real.mean()), float(np.mean(real == seq_len))
+
+
+def against_google(data: str, cores: int) -> None:
+    source = python_docs(data)
+    work = ["--seq_len", "128", "--max_predictions", "20", "--dupe_factor", "5"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        text = tmp / "docs.txt"
+        size = google_format(source, text)
+        seconds, _ = run_pipeline(
+            [
+                "--input",
+                str(text),
+                "--output",
+                str(tmp / "vocab_run"),
+                *work,
+                "--vocab_model_type",
+                "wordpiece",
+                "--do_lower_case",
+                "--vocab_size",
+                "30522",
+                "--dupe_factor",
+                "1",
+            ]
+        )
+        vocab = tmp / "vocab_run" / "vocab.txt"
+        print(
+            f"\nagainst google-research/bert: the docs in its input format, {size / 1e6:.1f} MB; lower-cased "
+            f"WordPiece vocab (30,522, trained in {seconds:.1f} s); seq 128, 20 predictions, dupe 5, NSP"
+        )
+        google = [
+            "--input_file",
+            str(text),
+            "--output_file",
+            str(tmp / "google.tfrecord"),
+            "--vocab_file",
+            str(vocab),
+            "--do_lower_case=True",
+            "--max_seq_length=128",
+            "--max_predictions_per_seq=20",
+            "--masked_lm_prob=0.15",
+            "--random_seed=12345",
+            "--dupe_factor=5",
+            "--short_seq_prob=0.1",
+        ]
+        rows = []
+        seconds, peak = run_pipeline(google, GOOGLE)
+        rows.append(("google-research/bert", 1, seconds, peak, *fill([str(tmp / "google.tfrecord")])))
+        for mode, workers in (("in_memory", 1), ("multi_processing", cores)):
+            out = tmp / f"ours_{mode}"
+            seconds, peak = run_pipeline(
+                [
+                    "--input",
+                    str(text),
+                    "--output",
+                    str(out),
+                    "--vocab",
+                    str(vocab),
+                    "--do_lower_case",
+                    "--mode",
+                    "segment_pair",
+                    "--nsp",
+                    *work,
+                    "--validation_fraction",
+                    "0",
+                    "--direct_running_mode",
+                    mode,
+                    "--direct_num_workers",
+                    str(workers),
+                ]
+            )
+            rows.append(
+                (f"bertbeam {mode}", workers, seconds, peak, *fill(read_manifest(str(out)).files("train")))
+            )
+        reference = rows[0][2]
+        print(
+            f"{'builder':>28} {'workers':>7} {'seconds':>7} {'peak MiB':>8} {'rows':>8} {'real/row':>8} "
+            f"{'fill':>6} {'full':>6} {'google/ours':>11}"
+        )
+        for name, workers, seconds, peak, n, real, full in rows:
+            print(
+                f"{name:>28} {workers:>7} {seconds:>7.1f} {peak:>8.0f} {n:>8,} {real:>8.1f} "
+                f"{real / 128:>6.1%} {full:>6.1%} {reference / seconds:>10.2f}x"
+            )
+        print(
+            json.dumps(
+                {
+                    name: {
+                        "seconds": round(s, 2),
+                        "real_per_row": round(r, 2),
+                        "full": round(f, 4),
+                        "speedup": round(reference / s, 2),
+                    }
+                    for name, _, s, _, _, r, f in rows
+                }
+            )
+        )
 
 
 def docs(args, cores: int) -> None:

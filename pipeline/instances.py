@@ -15,6 +15,11 @@ import numpy as np
 from pipeline.config import CorpusConfig
 from pipeline.masking import MaskingTables, mask_rows, stored_starts
 
+# How segment_pair rows are cut, recorded in the manifest (`packing_version`):
+#   1  google-research/bert's create_instances_from_document: the short target drawn per document
+#   2  the short target drawn per row (`_doc_pairs`): fuller rows, a tenth of them short
+PACKING_VERSION = 2
+
 # With a segmenter, each token's "begins a masking unit" flag rides in this bit of its id through
 # packing, pairing and truncation, so every way those cut and move tokens moves the flag with its
 # token; it is taken off again before masking. Vocabularies are far below 2**30 tokens.
@@ -31,7 +36,10 @@ class TokenizedDoc:
     unit_starts: np.ndarray | None = None  # (L,) bool, with a segmenter: the token begins a unit
 
     def sentences(self) -> list[np.ndarray]:
-        return np.split(self.tokens, np.cumsum(self.sentence_lengths)[:-1])
+        """The non-empty sentences, as views of `tokens` (slices: np.split costs ~10x as much)."""
+        ends = np.cumsum(self.sentence_lengths).tolist()
+        starts = [0, *ends[:-1]]
+        return [self.tokens[s:e] for s, e in zip(starts, ends, strict=True) if e > s]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,18 +85,36 @@ def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random
     return a, b
 
 
-def _doc_pairs(doc_index, docs, max_tokens, short_seq_prob, task, rng):
-    """google-research/bert's create_instances_from_document, for one document."""
-    sentences = [s for s in docs[doc_index].sentences() if len(s)]
-    target = max_tokens
+def _short_target(max_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> int:
+    """A row's target length: max_tokens, or with short_seq_prob a uniform length in [2, max]."""
     if rng.random() < short_seq_prob:
-        target = int(rng.integers(2, max_tokens + 1))
+        return int(rng.integers(2, max_tokens + 1))
+    return max_tokens
+
+
+def _doc_pairs(doc_index, docs, sentences_of, max_tokens, short_seq_prob, task, rng):
+    """google-research/bert's create_instances_from_document, for one document, but for when the
+    short target is drawn (PACKING_VERSION 2): per row, not once per document.
+
+    google-research/bert draws it once per document, so a long document that draws a short target
+    cuts all its text into short rows: with 10 % of documents short, far more than 10 % of rows
+    are, and the fill of a corpus of long documents swings by several points with the seed (the
+    Python docs at 128: 82-92 % real tokens per packing group). Drawn per row, a tenth of the rows
+    are short, as short_seq_prob says. Everything else is as google-research/bert: chunks of whole
+    sentences up to the target, A a random prefix of the chunk, B the rest or (NSP, half the
+    time, always for a one-sentence chunk) a random other document's text from a random sentence,
+    the unused sentences given back; SOP swaps A and B half the time.
+
+    `sentences_of(i)`: document i's non-empty sentences, split once per group, and their lengths.
+    """
+    sentences, lengths = sentences_of(doc_index)
     pairs = []
-    chunk, length, i = [], 0, 0
+    target = _short_target(max_tokens, short_seq_prob, rng)
+    start, length, i = 0, 0, 0
     while i < len(sentences):
-        chunk.append(sentences[i])
-        length += len(sentences[i])
+        length += lengths[i]
         if i == len(sentences) - 1 or length >= target:
+            chunk = sentences[start : i + 1]
             a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
             a = np.concatenate(chunk[:a_end])
             label = 0
@@ -97,16 +123,22 @@ def _doc_pairs(doc_index, docs, max_tokens, short_seq_prob, task, rng):
                 label = 1
                 other = int(rng.integers(0, len(docs) - 1))
                 other += other >= doc_index
-                other_sentences = [s for s in docs[other].sentences() if len(s)]
-                start = int(rng.integers(0, len(other_sentences)))
-                b = np.concatenate(other_sentences[start:])[: max(1, target - len(a))]
+                other_sentences, other_lengths = sentences_of(other)
+                first = int(rng.integers(0, len(other_sentences)))
+                need = max(1, target - len(a))
+                end, got = first, 0
+                while end < len(other_sentences) and got < need:  # only what B can hold
+                    got += other_lengths[end]
+                    end += 1
+                b = np.concatenate(other_sentences[first:end])[:need]
                 i -= len(chunk) - a_end
             elif len(chunk) >= 2:
                 b = np.concatenate(chunk[a_end:])
             else:
                 # One sentence: split it so that both segments exist.
                 if len(a) < 2:
-                    chunk, length, i = [], 0, i + 1
+                    start, length, i = i + 1, 0, i + 1
+                    target = _short_target(max_tokens, short_seq_prob, rng)
                     continue
                 cut = int(rng.integers(1, len(a)))
                 a, b = a[:cut], a[cut:]
@@ -114,17 +146,26 @@ def _doc_pairs(doc_index, docs, max_tokens, short_seq_prob, task, rng):
                 a, b, label = b, a, 1
             a, b = _truncate_pair(a, b, max_tokens, rng)
             pairs.append((a, b, label))
-            chunk, length = [], 0
+            start, length = i + 1, 0
+            target = _short_target(max_tokens, short_seq_prob, rng)
         i += 1
     return pairs
 
 
 def build_pairs(docs, order, seq_len, short_seq_prob, task, rng, ids: SpecialIds):
     """A/B rows for every document in `order`; returns (tokens, segment_ids, document_ids, labels)."""
+    split: dict[int, tuple[list[np.ndarray], list[int]]] = {}
+
+    def sentences_of(i: int) -> tuple[list[np.ndarray], list[int]]:
+        if i not in split:
+            sentences = docs[i].sentences()
+            split[i] = sentences, [len(s) for s in sentences]
+        return split[i]
+
     pairs = [
         pair
         for doc_index in order
-        for pair in _doc_pairs(doc_index, docs, seq_len - 3, short_seq_prob, task, rng)
+        for pair in _doc_pairs(doc_index, docs, sentences_of, seq_len - 3, short_seq_prob, task, rng)
     ]
     n = len(pairs)
     tokens = np.full((n, seq_len), ids.pad, np.int32)

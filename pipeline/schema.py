@@ -130,6 +130,9 @@ class Manifest:
     splits: Mapping[str, Split]
     # The word segmenter whole-word masking used: name, version, mode, dictionary_sha256; {} none.
     segmenter: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    # How rows were cut from documents (`pipeline/instances.py: PACKING_VERSION`); manifests from
+    # before the field are 1. full_sentences rows are the same in every version.
+    packing_version: int = 1
     folder: str = ""  # where it was read from (not written: a moved corpus stays valid)
 
     # --- the corpus view: what readers need, typed ---
@@ -210,6 +213,7 @@ class Manifest:
             input=fields.get("input", dict),
             splits={name: _split(fields, name) for name in fields.get("splits", dict)},
             segmenter=fields.get("segmenter", dict) if fields.has("segmenter") else {},
+            packing_version=fields.get("packing_version", int) if fields.has("packing_version") else 1,
             folder=folder,
         )
 
@@ -313,6 +317,8 @@ def build_manifest(
 ) -> Manifest:
     """The manifest of a finished build, from the shards written, the summed counters, the plan
     and the segmenter's description (`segment.describe`)."""
+    from pipeline.instances import PACKING_VERSION
+
     splits = {}
     for split in SPLITS:
         instances = stats.get(f"{split}/instances", 0)
@@ -350,5 +356,6 @@ def build_manifest(
         },
         splits=splits,
         segmenter=dict(segmenter),
+        packing_version=PACKING_VERSION,
         folder=cfg.output_dir,
     )

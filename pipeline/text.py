@@ -87,6 +87,7 @@ def read_lines(f: BinaryIO, encoding: str, max_line_bytes: int, stats: Counter) 
         elif len(piece) == max_line_bytes:
             stats["repaired/long_line_split"] += 1
         yield piece
+    decoded.detach()  # the caller's stream stays open (a collected wrapper would close it)
 
 
 def iter_lines(f: BinaryIO, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:

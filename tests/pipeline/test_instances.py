@@ -75,7 +75,7 @@ def test_nsp_random_next_comes_from_another_document():
 
 def test_sop_label_one_means_swapped():
     rng = np.random.default_rng(2)
-    docs = [doc(1, *[[10 + i] for i in range(9)])]
+    docs = [doc(1, *[[10 + i] for i in range(40)])]
     tokens, _, _, labels = build_pairs(docs, [0], seq_len=9, short_seq_prob=0.0, task="sop", rng=rng, ids=IDS)
     assert 0 < labels.sum() < len(labels)
     for row, label in zip(tokens, labels[:, 0], strict=True):
@@ -108,3 +108,22 @@ def test_create_instances_returns_every_schema_feature_with_static_shapes():
     for name, length in feature_lengths(7, 5).items():
         assert rows[name].shape == (len(rows["input_ids"]), length)
     assert (rows["input_mask"] == (rows["document_ids"] > 0)).all()
+
+
+def test_a_tenth_of_pair_rows_are_short_however_long_the_documents():
+    """short_seq_prob is drawn per row (packing version 2): over many long documents about a tenth
+    of the rows aim short. google-research/bert draws once per document, so a long document that
+    draws short cuts all its text into short rows (about 18 % of rows here, and far from it on any
+    one seed)."""
+    max_tokens, shares, fills = 61, [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        docs = [doc(k, *[[100 + k] * 7] * 300) for k in range(20)]  # 2,100 tokens each
+        tokens, _, _, labels = build_pairs(
+            docs, list(range(20)), seq_len=max_tokens + 3, short_seq_prob=0.1, task="sop", rng=rng, ids=IDS
+        )
+        real = (tokens != 0).sum(axis=1)
+        shares.append(np.mean(real < 0.85 * (max_tokens + 3)))
+        fills.append(real.mean() / (max_tokens + 3))
+    assert 0.06 < np.mean(shares) < 0.13, shares
+    assert np.mean(fills) > 0.9, fills

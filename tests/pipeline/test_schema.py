@@ -29,6 +29,10 @@ def test_the_manifest_of_a_real_build_round_trips_byte_for_byte(small_corpus):
     manifest = Manifest.from_json(text, str(small_corpus))
     assert manifest.to_json() == text
     assert (manifest.seq_len, manifest.max_predictions, manifest.pairs) == (32, 5, False)
+    assert manifest.packing_version == 2
+    older = json.loads(text)
+    del older["packing_version"]  # a corpus built before the field: version 1
+    assert Manifest.from_json(json.dumps(older)).packing_version == 1
     assert manifest.vocab.file == "vocab.model" and manifest.vocab.kind == "sentencepiece"
     assert manifest.vocab_path == f"{small_corpus}/vocab.model"
     train = manifest.split("train")
