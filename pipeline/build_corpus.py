@@ -5,8 +5,8 @@
         --temp_location gs://B/tmp --setup_file ./setup.py
 
 This module is the pipeline's graph and its command line; the stages are `pipeline/transforms.py`:
-  ReadDocuments -> DeduplicateDocuments -> [TrainVocab] -> TokenizeDocuments -> PlanGroups
-  -> CreateInstances -> WriteShards -> WriteManifest
+  ReadDocuments (keys) -> DeduplicateDocuments -> RereadDocuments -> [TrainVocab]
+  -> TokenizeDocuments (spilled) -> PlanGroups -> CreateInstances -> WriteShards -> WriteManifest
 With several lengths (`--seq_len 128,512`) the graph branches after TokenizeDocuments: PlanGroups
 to WriteManifest once per length, into OUTPUT/seq128/, OUTPUT/seq512/.
 Flags that `CorpusConfig` does not define go to Beam's pipeline options (`--runner`,
@@ -16,9 +16,10 @@ anything runs, where Beam alone would only warn, after the build, that it droppe
 Determinism: every random choice derives from --seed and a content hash (of a document, of a
 packing group), never from worker state or arrival order, so the same inputs, vocab and seed give
 byte-identical shards and manifest on any runner and any number of workers.
-Memory: documents are read line by line with a bounded line length; instances are built per
-packing group of about --group_tokens tokens, and shards are sorted per shard (about
---records_per_shard records), so no step holds the instances of the corpus.
+Memory: documents are read line by line with a bounded line length; the shuffles carry keys and
+pointers, not text or tokens (tokens spill to _tmp/tokens/); instances are built per packing
+group of about --group_tokens tokens, and shards are sorted per shard (about --records_per_shard
+records), so no step holds the corpus: peak memory is the same at 1x and 8x.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
 from pipeline import progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
+from pipeline.parts import TMP_DIR, spill_dir
 from pipeline.transforms import (
     BadInputError,
     CreateInstances,
     DeduplicateDocuments,
     PlanGroups,
     ReadDocuments,
+    RereadDocuments,
     SumCounters,
     TokenizeDocuments,
     TrainVocab,
@@ -68,11 +71,26 @@ def build_pipeline(
     seq_len, max_predictions and folder), from one read, deduplication, vocab and tokenisation.
     `segmenter` is `segment.describe`'s record of --word_segmenter ({} for none)."""
     cfg = cfgs[0]
-    read = p | "ReadDocuments" >> ReadDocuments(cfg)
-    unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments()
+    # Memory that does not grow with the corpus: no PCollection holds its text or tokens. Files are
+    # read once for keys (deduplication keeps one (file, index) per content key), then again for
+    # the text of the documents kept, once for the vocab's sample and once for tokenizing; tokens go
+    # to spill files (`parts.Spill`) and only pointers reach the shuffle. A tfds split cannot be
+    # read again by index: its documents are deduplicated as text, held by the runner.
+    files = cfg.format != "tfds"
+    read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=files)
+    unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=files)
+    if files:  # (file, [(index, key), ...]) of the documents kept
+        by_file = (
+            unique.docs
+            | "ByFile" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
+            | "GroupByFile" >> beam.GroupByKey()
+        )
+
+    def documents(name: str):  # (key, text) of every document kept
+        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if files else unique.docs
 
     if given_vocab is None:
-        vocab = unique.docs | "TrainVocab" >> TrainVocab(cfg)
+        vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg)
     else:
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])
     vocab_si = beam.pvalue.AsSingleton(vocab)
@@ -80,11 +98,11 @@ def build_pipeline(
     # Batches of 16-256 Ki characters (Beam sizes them by timing, within those bounds): memory per
     # batch stays bounded however long the documents are. A document's tokens do not depend on
     # its batch, only the speed does.
-    batches = unique.docs | "BatchDocuments" >> beam.BatchElements(
+    batches = documents("RereadDocuments") | "BatchDocuments" >> beam.BatchElements(
         min_batch_size=1 << 14, max_batch_size=1 << 18, element_size_fn=lambda keyed: len(keyed[1])
     )
     tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocuments(cfg, segmenter), vocab_si
+        TokenizeDocuments(cfg, segmenter, spill_to=spill_dir(spill_root(cfgs))), vocab_si
     ).with_outputs("stats", main="docs")
     shared_stats = (read.stats, unique.stats, tokenized.stats)
 
@@ -98,6 +116,12 @@ def build_pipeline(
             )
         )
     return manifests
+
+
+def spill_root(cfgs: list[CorpusConfig]) -> str:
+    """Where the build's tokenized documents spill (under _tmp/): the output folder, or for
+    several lengths the folder above their seq{N}/ folders (all lengths read the same tokens)."""
+    return cfgs[0].output_dir if len(cfgs) == 1 else cfgs[0].output_dir.rsplit("/", 1)[0]
 
 
 def write_corpus(cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict, stage):
@@ -145,6 +169,8 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
     if not dry_run:
         result.wait_until_finish()
         progress.log_totals()
+        if len(cfgs) > 1:  # one length's manifest removes its own _tmp/; the shared spill is above
+            remove_tmp(spill_root(cfgs))
     return result
 
 
@@ -192,6 +218,13 @@ def check_segmenter(cfg: CorpusConfig) -> dict:
                 "expected a list of str"
             )
     return segment.describe(cfg.word_segmenter, dictionary)
+
+
+def remove_tmp(folder: str) -> None:
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(f"{folder}/{TMP_DIR}"):
+        tf.io.gfile.rmtree(f"{folder}/{TMP_DIR}")
 
 
 def remove_stale_manifest(output_dir: str) -> None:

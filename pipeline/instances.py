@@ -35,6 +35,10 @@ class TokenizedDoc:
     sentence_lengths: np.ndarray  # (S,) int32, sums to L
     unit_starts: np.ndarray | None = None  # (L,) bool, with a segmenter: the token begins a unit
 
+    @property
+    def n_tokens(self) -> int:  # as `parts.SpilledDoc`'s: grouping reads either
+        return len(self.tokens)
+
     def sentences(self) -> list[np.ndarray]:
         """The non-empty sentences, as views of `tokens` (slices: np.split costs ~10x as much)."""
         ends = np.cumsum(self.sentence_lengths).tolist()

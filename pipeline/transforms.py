@@ -1,10 +1,13 @@
 """The corpus build's stages, each a small named Beam transform (`build_corpus.py` wires them):
 
-  1 ReadDocuments        files (or a tfds split) -> normalised documents, per-file stats
-  2 DeduplicateDocuments documents -> (content key, document), exact copies counted
+  1 ReadDocuments        files (or a tfds split) -> normalised documents (or keys and where each
+                         document is: (file, index)), per-file stats
+  2 DeduplicateDocuments documents -> (content key, document or pointer), exact copies counted;
+    RereadDocuments      the files again -> (key, text) of the documents kept
   3 TrainVocab           keyed documents -> a sentencepiece VocabFile from a seeded sample
   4 TokenizeDocuments    batches of (key, document) -> (split, TokenizedDoc): sentences split and
-                         encoded once, with a segmenter's masking units
+                         encoded once, with a segmenter's masking units; spilled to files, a
+                         `SpilledDoc` pointer going on
   5 make_plan            token totals -> packing groups and shard counts per split
   6 CreateInstances      (split, TokenizedDoc) -> sorted part files per shard, and stats
   7 WriteShards          part files -> one TFRecord per shard, written under _tmp/ and renamed
@@ -41,7 +44,16 @@ from pipeline.config import CorpusConfig
 from pipeline.instances import SpecialIds, TokenizedDoc, create_instances
 from pipeline.keys import content_key, seeded_key, split_of
 from pipeline.masking import MaskingTables
-from pipeline.parts import TMP_DIR, part_path, read_part, shard_name, write_part
+from pipeline.parts import (
+    TMP_DIR,
+    Spill,
+    SpilledDoc,
+    part_path,
+    read_part,
+    read_spilled,
+    shard_name,
+    write_part,
+)
 from pipeline.tfexample import serialize_examples
 from pipeline.vocab import KINDS, VocabFile, train_sentencepiece, train_wordpiece
 
@@ -101,14 +113,19 @@ def _open_decompressed(path: str):
 
 class ReadFileDocuments(beam.DoFn):
     """A file -> its normalised documents, streamed line by line; a "stats" output per file.
-    Progress: bytes read (of `total_bytes`, all files' sizes from the glob) and documents."""
+    Progress: bytes read (of `total_bytes`, all files' sizes from the glob) and documents.
 
-    def __init__(self, cfg: CorpusConfig, total_bytes: int | None = None, launcher_pid: int | None = None):
+    `pointers`: each document as (content key, (file, index in the file)) instead of its text,
+    so that deduplication holds keys, not the corpus; `RereadDocuments` reads the text again."""
+
+    def __init__(self, cfg: CorpusConfig, total_bytes: int | None = None, launcher_pid: int | None = None,
+                 pointers: bool = False):  # fmt: skip
         self._cfg = cfg
         self._total_bytes = total_bytes
         self._launcher_pid = launcher_pid
+        self._pointers = pointers
 
-    def _documents(self, path: str, stats: Counter):
+    def _documents(self, path: str, stats: Counter, progress: bool = True):
         with _open_decompressed(path) as (f, _):
             head = f.read(text.SNIFF_BYTES)
         encoding, bom = text.sniff_encoding(head, self._cfg.encoding)
@@ -116,9 +133,10 @@ class ReadFileDocuments(beam.DoFn):
             hint = "" if bom else " (text in another encoding needs --encoding NAME)"
             raise BadInputError(f"{path}: looks binary, not {encoding} text{hint}")
         stats[f"encoding/{encoding}{' with BOM' if bom else ''}"] += 1
-        progress = _progress.stage(
-            "read", total=self._total_bytes, unit="bytes", launcher_pid=self._launcher_pid
-        )
+        if progress:
+            progress = _progress.stage(
+                "read", total=self._total_bytes, unit="bytes", launcher_pid=self._launcher_pid
+            )
         with _open_decompressed(path) as (f, raw):
             f.read(bom)
             lines = text.read_lines(f, encoding, self._cfg.max_line_bytes, stats)
@@ -136,6 +154,9 @@ class ReadFileDocuments(beam.DoFn):
                     max_document_chars=self._cfg.max_document_chars,
                     stats=stats,
                 )
+            if not progress:
+                yield from documents
+                return
             counted = 0
             for document in documents:
                 position = raw.tell()
@@ -149,8 +170,8 @@ class ReadFileDocuments(beam.DoFn):
         documents = 0
         try:
             for document in self._documents(path, stats):
+                yield (content_key(document), (path, documents)) if self._pointers else document
                 documents += 1
-                yield document
         except (OSError, EOFError, zlib.error, BadInputError) as e:
             cause = str(e) if isinstance(e, BadInputError) else f"{path}: unreadable ({e})"
             if self._cfg.on_bad_file == "fail":
@@ -163,6 +184,29 @@ class ReadFileDocuments(beam.DoFn):
         stats["input/documents"] += documents
         log.debug("read %s: %d documents", path, documents)  # progress lines: pipeline/progress.py
         yield beam.pvalue.TaggedOutput("stats", _count(stats))
+
+
+class RereadDocuments(ReadFileDocuments):
+    """(file, [(index, content key), ...]) -> (key, document) for those documents of the file,
+    read again the same way (stats and progress were counted on the first read). A document
+    whose key differs is a file that changed while the build ran."""
+
+    def process(self, grouped):
+        path, wanted = grouped
+        keys = dict(wanted)
+        found = 0
+        try:
+            for index, document in enumerate(self._documents(path, Counter(), progress=False)):
+                if index in keys:
+                    if content_key(document) != keys[index]:
+                        break
+                    yield keys[index], document
+                    found += 1
+                    if found == len(keys):
+                        return
+        except (OSError, EOFError, zlib.error, BadInputError):
+            pass
+        raise BadInputError(f"{path}: changed while the build ran (read twice); run it again")
 
 
 class ReadTfdsDocuments(beam.PTransform):
@@ -206,16 +250,19 @@ class _ExtractField(beam.DoFn):
 
 
 class ReadDocuments(beam.PTransform):
-    """Input globs (or a tfds split) -> documents (str), plus per-file stats."""
+    """Input globs (or a tfds split) -> documents (str), plus per-file stats. `pointers` (files
+    only): (content key, (file, index)) per document instead (`ReadFileDocuments`)."""
 
-    def __init__(self, cfg: CorpusConfig):
+    def __init__(self, cfg: CorpusConfig, pointers: bool = False):
         super().__init__()
         self._cfg = cfg
+        self._pointers = pointers
 
     def expand(self, pipeline):
         if self._cfg.format == "tfds":
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
-        read = ReadFileDocuments(self._cfg, _input_bytes(self._cfg.input_patterns), os.getpid())
+        total = _input_bytes(self._cfg.input_patterns)
+        read = ReadFileDocuments(self._cfg, total, os.getpid(), pointers=self._pointers)
         return (
             pipeline
             | "Patterns" >> beam.Create(list(self._cfg.input_patterns))
@@ -268,12 +315,18 @@ def _unique_with_stats(keyed):
 
 
 class DeduplicateDocuments(beam.PTransform):
-    """documents -> (content key, document), exact duplicates removed and counted."""
+    """documents -> (content key, document), exact duplicates removed and counted. `keyed`: the
+    input is (content key, anything) already (`ReadDocuments(pointers=True)`): one is kept per key."""
+
+    def __init__(self, keyed: bool = False):
+        super().__init__()
+        self._keyed = keyed
 
     def expand(self, docs):
+        if not self._keyed:
+            docs = docs | "KeyByContent" >> beam.Map(lambda d: (content_key(d), d))
         return (
             docs
-            | "KeyByContent" >> beam.Map(lambda d: (content_key(d), d))
             | "KeepOne" >> beam.CombinePerKey(_KeepOneCount())
             | "DropDuplicates" >> beam.FlatMap(_unique_with_stats).with_outputs("stats", main="docs")
         )
@@ -346,12 +399,19 @@ class TokenizeDocuments(beam.DoFn):
     cache between every document). A document's result does not depend on its batch.
     """
 
-    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None):
+    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None, spill_to: str | None = None):
         self._cfg = cfg
         self._segmenter_info = segmenter or {}  # segment.describe's record, checked against what loads
         self._launcher_pid = os.getpid()  # progress: a worker elsewhere names itself
+        self._spill_to = spill_to  # a folder: documents go to spill files, SpilledDoc pointers on
+        self._spill = None
         self._loaded = None
         self._segment = None
+
+    def finish_bundle(self):
+        if self._spill is not None:
+            self._spill.close()  # before any pointer of this bundle is read
+            self._spill = None
 
     def setup(self):
         # A Beam worker per core already: tokenizers' own thread pool (encode_batch) only competes
@@ -388,7 +448,11 @@ class TokenizeDocuments(beam.DoFn):
             tokens = np.fromiter(itertools.chain.from_iterable(ids), np.int32, n)
             units = None if starts is None else starts[token_at : token_at + n]
             token_at += n
-            yield split_of(key, self._cfg.validation_fraction), TokenizedDoc(key, tokens, lengths, units)
+            doc = TokenizedDoc(key, tokens, lengths, units)
+            if self._spill_to is not None:
+                self._spill = self._spill or Spill(self._spill_to)
+                doc = self._spill.write(doc)
+            yield split_of(key, self._cfg.validation_fraction), doc
         progress = _progress.stage("tokenized", unit="documents", launcher_pid=self._launcher_pid)
         progress.add(len(batch), tokens=token_at)
         if skipped:
@@ -428,7 +492,7 @@ class PlanGroups(beam.PTransform):
     def expand(self, docs):
         return (
             docs
-            | "TokensPerDoc" >> beam.Map(lambda sd: (sd[0], len(sd[1].tokens)))
+            | "TokensPerDoc" >> beam.Map(lambda sd: (sd[0], sd[1].n_tokens))
             | "SumTokens" >> beam.CombinePerKey(sum)
             | "TokensBySplit" >> beam.combiners.ToDict()
             | "Plan" >> beam.Map(make_plan, self._cfg)
@@ -495,6 +559,10 @@ class CreateGroupInstances(beam.DoFn):
     def process(self, grouped, vocab_file, plan):
         cfg = self._cfg
         (split, group), docs = grouped
+        docs = list(docs)
+        spilled = [d for d in docs if isinstance(d, SpilledDoc)]
+        if spilled:  # the group's documents, read back from the spill files
+            docs = [d for d in docs if not isinstance(d, SpilledDoc)] + read_spilled(spilled)
         docs = sorted(docs, key=lambda d: d.key)  # arrival order must not matter
         tables, ids = self._tables(vocab_file)
         split_plan = plan[split]

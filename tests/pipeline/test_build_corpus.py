@@ -355,7 +355,10 @@ def test_dataflow_job_builds_with_our_labelled_stages():
     for stage in (
         "ReadDocuments",
         "DeduplicateDocuments",
+        "GroupByFile",
+        "RereadForVocab",
         "TrainVocab",
+        "RereadDocuments",
         "TokenizeDocuments",
         "PlanGroups",
         "CreateInstances",

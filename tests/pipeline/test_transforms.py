@@ -130,6 +130,55 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
         assert_that(out.stats, equal_to([{"skipped/no_tokens": 1}]), label="stats")
 
 
+def test_spilled_documents_read_back_as_written(tmp_path):
+    """Tokenized documents in spill files (tokens, sentence lengths, a segmenter's unit starts),
+    read back by pointer, in any order, from several files."""
+    import numpy as np
+
+    from pipeline.instances import TokenizedDoc
+    from pipeline.parts import Spill, read_spilled
+
+    rng = np.random.default_rng(5)
+    docs = []
+    for key, n in ((3, 7), (2**62 + 11, 1), (9, 13), (4, 5)):
+        lengths = np.array([n - n // 2, n // 2], np.int32)
+        units = rng.random(n) < 0.5 if key % 2 else None
+        docs.append(TokenizedDoc(key, rng.integers(0, 2**30, n, dtype=np.int32), lengths, units))
+    first, second = Spill(str(tmp_path / "a")), Spill(str(tmp_path / "b"))
+    pointers = [first.write(d) for d in docs[:3]] + [second.write(docs[3])]
+    first.close()
+    second.close()
+    assert [p.key for p in pointers] == [d.key for d in docs] and pointers[1].n_tokens == 1
+    back = {d.key: d for d in read_spilled(pointers[::-1])}
+    for doc in docs:
+        got = back[doc.key]
+        assert got.tokens.tolist() == doc.tokens.tolist()
+        assert got.sentence_lengths.tolist() == doc.sentence_lengths.tolist()
+        assert (got.unit_starts is None) == (doc.unit_starts is None)
+        if doc.unit_starts is not None:
+            assert got.unit_starts.tolist() == doc.unit_starts.tolist()
+
+
+def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_named(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("One doc.\n\nTwo doc.\n\nOne doc.\n", encoding="utf-8")
+    config = cfg(input_patterns=(str(path),))
+    keyed = [
+        x for x in tr.ReadFileDocuments(config, pointers=True).process(str(path)) if isinstance(x, tuple)
+    ]
+    assert keyed == [
+        (content_key(t), (str(path), i)) for i, t in enumerate(["One doc.", "Two doc.", "One doc."])
+    ]
+    wanted = [(1, content_key("Two doc.")), (2, content_key("One doc."))]
+    assert list(tr.RereadDocuments(config).process((str(path), wanted))) == [
+        (content_key("Two doc."), "Two doc."),
+        (content_key("One doc."), "One doc."),
+    ]
+    path.write_text("One doc.\n\nAnother.\n", encoding="utf-8")  # changed between the two reads
+    with pytest.raises(tr.BadInputError, match=r"a.txt: changed while the build ran \(read twice\)"):
+        list(tr.RereadDocuments(config).process((str(path), wanted)))
+
+
 def test_plan_scales_groups_and_shards_with_tokens():
     config = cfg(seq_len=7, max_predictions=3, dupe_factor=3, records_per_shard=10, group_tokens=100)
     plan = tr.make_plan({"train": 250, "validation": 9}, config)
