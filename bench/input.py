@@ -44,21 +44,25 @@ def measure(corpus: str, masking, seconds: float = 10.0, sources: int = 1) -> fl
     return batches * BATCH / (time.perf_counter() - start)
 
 
+def docs_corpus(folder: str) -> str:
+    """The Python docs corpus at seq_len 128 (the demo's), built into `folder`; returns its path."""
+    from pipeline import build_corpus
+    from pipeline.fetch_corpora import python_docs
+
+    docs = python_docs(REPO / "data")
+    corpus = f"{folder}/corpus"
+    build_corpus.run([f"--input={docs}/*.rst.txt,{docs}/*/*.rst.txt", f"--output={corpus}",
+                      "--doc_per_file", "--vocab_size=8000", "--dupe_factor=2"])  # fmt: skip
+    return corpus
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="a built corpus (seq_len 128); default: build the Python docs one")
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = args.corpus
-        if corpus is None:
-            from pipeline import build_corpus
-            from pipeline.fetch_corpora import python_docs
-
-            docs = python_docs(REPO / "data")
-            corpus = f"{tmp}/corpus"
-            build_corpus.run([f"--input={docs}/*.rst.txt,{docs}/*/*.rst.txt", f"--output={corpus}",
-                              "--doc_per_file", "--vocab_size=8000", "--dupe_factor=2"])  # fmt: skip
+        corpus = args.corpus or docs_corpus(tmp)
         from pipeline.input import DynamicMasking
 
         print(f"corpus {corpus}, batch {BATCH}, seq_len 128, {os.cpu_count()} cores")

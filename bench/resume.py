@@ -28,6 +28,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.input import docs_corpus  # noqa: E402 (after sys.path gets the repository)
+
 BATCH = 256
 POINTS = (10**2, 10**4, 10**6)
 REPLAY_MEASURED_UP_TO = 10**4
@@ -84,15 +86,7 @@ def main() -> int:
     parser.add_argument("--corpus", help="a built corpus; default: build the Python docs one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = args.corpus
-        if corpus is None:
-            from pipeline import build_corpus
-            from pipeline.fetch_corpora import python_docs
-
-            docs = python_docs(REPO / "data")
-            corpus = f"{tmp}/corpus"
-            build_corpus.run([f"--input={docs}/*.rst.txt,{docs}/*/*.rst.txt", f"--output={corpus}",
-                              "--doc_per_file", "--vocab_size=8000", "--dupe_factor=2"])  # fmt: skip
+        corpus = args.corpus or docs_corpus(tmp)
         from pipeline.schema import read_manifest
 
         manifest = read_manifest(corpus)

@@ -80,6 +80,18 @@ def botchan_wordpiece(botchan, tmp_path_factory) -> Path:
     return path
 
 
+def checkpoint_variables(model_dir: Path) -> dict:
+    """The model's and optimizer's tensors in a run's newest checkpoint, by name."""
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+    return {
+        name: tf.train.load_variable(path, name)
+        for name, _ in tf.train.list_variables(path)
+        if name.startswith(("model/", "optimizer/"))
+    }
+
+
 def build(output: Path, *args: str) -> dict:
     """Run the real corpus pipeline (DirectRunner) and return its manifest."""
     import json

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from model.config import BertConfig
 from pipeline.schema import read_manifest
+from tests.conftest import checkpoint_variables
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
@@ -84,15 +84,6 @@ def history(model_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
 
 
-def variables(model_dir: Path) -> dict[str, np.ndarray]:
-    path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    return {
-        name: tf.train.load_variable(path, name)
-        for name, _ in tf.train.list_variables(path)
-        if name.startswith(("model/", "optimizer/"))
-    }
-
-
 @pytest.fixture(scope="module")
 def two_workers(flags, tmp_path_factory) -> tuple[Path, Path]:
     """An uninterrupted two-worker run: its model_dir and the folder of its logs."""
@@ -132,7 +123,7 @@ def test_two_workers_train_as_two_mirrored_replicas_and_only_the_chief_writes(fl
     assert sorted(p.name for p in (model_dir / "checkpoints").glob("ckpt-*.index")) == [
         f"ckpt-{s}.index" for s in (10, 20, 30)
     ]
-    variables(model_dir)  # every tensor of the last checkpoint reads back
+    checkpoint_variables(model_dir)  # every tensor of the last checkpoint reads back
 
 
 def test_a_killed_worker_stops_the_job_in_one_line_and_both_resume_exactly(flags, two_workers, tmp_path):
@@ -156,7 +147,7 @@ def test_a_killed_worker_stops_the_job_in_one_line_and_both_resume_exactly(flags
     resumed = start_workers(flags, model_dir, tmp_path)
     assert [p.wait(timeout=600) for p in resumed] == [0, 0], (tmp_path / "worker0.log").read_text()[-3000:]
     assert "resuming at step" in (tmp_path / "worker0.log").read_text()
-    expected, found = variables(uninterrupted), variables(model_dir)
+    expected, found = checkpoint_variables(uninterrupted), checkpoint_variables(model_dir)
     assert found.keys() == expected.keys()
     for name in expected:
         np.testing.assert_array_equal(found[name], expected[name], err_msg=name)

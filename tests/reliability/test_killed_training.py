@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from model.config import BertConfig
 from pipeline.schema import read_manifest
+from tests.conftest import checkpoint_variables
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_STEPS = 200
@@ -90,15 +91,6 @@ def trained_batches(model_dir: Path, segments: list[tuple[int, int]], steps: int
     return seen
 
 
-def variables(model_dir: Path) -> dict[str, np.ndarray]:
-    path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    return {
-        name: tf.train.load_variable(path, name)
-        for name, _ in tf.train.list_variables(path)
-        if name.startswith(("model/", "optimizer/"))
-    }
-
-
 def without_timing(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("examples_per_s", "tokens_per_s")} for r in rows]
 
@@ -149,7 +141,7 @@ def kill_mid_save(process: subprocess.Popen, model_dir: Path) -> int | None:
 
 
 def assert_same_variables(found_dir: Path, expected_dir: Path, seed) -> None:
-    expected, found = variables(expected_dir), variables(found_dir)
+    expected, found = checkpoint_variables(expected_dir), checkpoint_variables(found_dir)
     assert found.keys() == expected.keys()
     for name in expected:
         np.testing.assert_array_equal(found[name], expected[name], err_msg=f"seed {seed}: {name}")
@@ -228,7 +220,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(command, 
             f"({folder}/ckpt-10) is untouched: free space and re-run to resume"
         ), line
         assert checkpointed_step(model_dir) == 10
-        variables(model_dir)  # every tensor of ckpt-10 reads back
+        checkpoint_variables(model_dir)  # every tensor of ckpt-10 reads back
         subprocess.run(["mount", "-o", f"remount,size={64 << 20}", str(folder)], check=True)  # space freed
         log = tmp_path / "resumed.log"
         process = start(command(model_dir), log)
