@@ -39,7 +39,7 @@ from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
 from pipeline import progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
-from pipeline.parts import TMP_DIR, spill_dir
+from pipeline.parts import remove_tmp, spill_dir
 from pipeline.transforms import (
     BadInputError,
     CreateInstances,
@@ -218,13 +218,6 @@ def check_segmenter(cfg: CorpusConfig) -> dict:
                 "expected a list of str"
             )
     return segment.describe(cfg.word_segmenter, dictionary)
-
-
-def remove_tmp(folder: str) -> None:
-    import tensorflow as tf
-
-    if tf.io.gfile.exists(f"{folder}/{TMP_DIR}"):
-        tf.io.gfile.rmtree(f"{folder}/{TMP_DIR}")
 
 
 def remove_stale_manifest(output_dir: str) -> None:

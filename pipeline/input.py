@@ -238,18 +238,20 @@ def make_dataset(
 MIXTURE_BLOCK = 4096
 
 
-def _choice_block(rates: Sequence[float], seed: int, k) -> tf.Tensor:
-    """Block k of a mixture's choices: corpora 0..i take round(n * (r_0 + ... + r_i)) of the first
-    n choices at every block boundary n, so block k holds the difference, shuffled by (seed, k)."""
+def _block_counts(rates: Sequence[float], n) -> tf.Tensor:
+    """Records of each corpus among a mixture's first n choices, n a block boundary: corpora 0..i
+    take round(n * (r_0 + ... + r_i)) of them. One formula, in the graph and for a resume."""
     bounds = np.cumsum(np.asarray(rates, np.float64)) / float(np.sum(rates))
-    bounds[-1] = 1.0  # exactly: the quotas then sum to MIXTURE_BLOCK
+    bounds[-1] = 1.0  # exactly: the counts then sum to n
+    upto = tf.cast(tf.floor(tf.cast(n, tf.float64) * tf.constant(bounds) + 0.5), tf.int64)
+    return upto - tf.pad(upto[:-1], [[1, 0]])
+
+
+def _choice_block(rates: Sequence[float], seed: int, k) -> tf.Tensor:
+    """Block k of a mixture's choices: each corpus's quota (`_block_counts` at the block's end
+    less at its start), shuffled by (seed, k)."""
     k = tf.cast(k, tf.int64)
-
-    def counts(n):
-        upto = tf.cast(tf.floor(tf.cast(n, tf.float64) * tf.constant(bounds) + 0.5), tf.int64)
-        return upto - tf.pad(upto[:-1], [[1, 0]])
-
-    quota = counts((k + 1) * MIXTURE_BLOCK) - counts(k * MIXTURE_BLOCK)
+    quota = _block_counts(rates, (k + 1) * MIXTURE_BLOCK) - _block_counts(rates, k * MIXTURE_BLOCK)
     corpora = tf.repeat(tf.range(len(rates), dtype=tf.int64), quota)
     return tf.random.experimental.stateless_shuffle(corpora, tf.stack([tf.constant(seed, tf.int64), k]))
 
@@ -258,10 +260,7 @@ def mixture_starts(rates: Sequence[float], seed: int, start: int) -> list[int]:
     """Records of each corpus among a mixture's first `start` choices: the whole blocks' quotas
     by arithmetic, then the head of one block drawn."""
     block, head = divmod(start, MIXTURE_BLOCK)
-    bounds = np.cumsum(np.asarray(rates, np.float64)) / float(np.sum(rates))
-    bounds[-1] = 1.0
-    upto = np.floor(np.float64(block * MIXTURE_BLOCK) * bounds + 0.5).astype(np.int64)  # as the graph
-    whole = np.diff(upto, prepend=0)
+    whole = _block_counts(rates, block * MIXTURE_BLOCK).numpy()
     drawn = np.bincount(_choice_block(rates, seed, block).numpy()[:head], minlength=len(rates))
     return [int(n) for n in whole + drawn]
 

@@ -16,6 +16,14 @@ import numpy as np
 TMP_DIR = "_tmp"  # parts and unfinished shards live here; a finished build removes it
 
 
+def remove_tmp(folder: str) -> None:
+    """`folder`'s _tmp/ (parts, unfinished shards, spilled tokens), once nothing reads it."""
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(f"{folder}/{TMP_DIR}"):
+        tf.io.gfile.rmtree(f"{folder}/{TMP_DIR}")
+
+
 def shard_name(split: str, shard: int, num_shards: int) -> str:
     return f"{split}-{shard:05d}-of-{num_shards:05d}.tfrecord"
 

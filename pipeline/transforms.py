@@ -51,6 +51,7 @@ from pipeline.parts import (
     part_path,
     read_part,
     read_spilled,
+    remove_tmp,
     shard_name,
     write_part,
 )
@@ -723,7 +724,6 @@ def write_manifest(shards, cfg, stats, vocab_info, plan, segmenter):
     for name in set(KINDS.values()) - {vocab_info.file}:
         if tf.io.gfile.exists(f"{cfg.output_dir}/{name}"):
             tf.io.gfile.remove(f"{cfg.output_dir}/{name}")
-    if tf.io.gfile.exists(f"{cfg.output_dir}/{TMP_DIR}"):
-        tf.io.gfile.rmtree(f"{cfg.output_dir}/{TMP_DIR}")
+    remove_tmp(cfg.output_dir)
     write_atomically(f"{cfg.output_dir}/{schema.MANIFEST_NAME}", manifest.to_json())
     yield manifest
