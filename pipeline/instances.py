@@ -8,7 +8,9 @@ Row layout, as google-research/bert:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import random
 
 import numpy as np
 
@@ -74,118 +76,130 @@ def pack_full_sentences(docs: list[TokenizedDoc], seq_len: int, ids: SpecialIds)
     return tokens, np.zeros_like(tokens), document_ids
 
 
-def _trim(segment: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    front = int(rng.binomial(k, 0.5))  # each removed token from the front or the back at random
-    return segment[front : len(segment) - (k - front)]
+def truncated_lengths(a_len: np.ndarray, b_len: np.ndarray, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths google-research/bert's truncate_seq_pair leaves, for every pair at once.
 
-
-def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.Generator):
-    """Trim the longer segment until the pair fits (as BERT's truncate_seq_pair, k at a time)."""
-    while (excess := len(a) + len(b) - max_tokens) > 0:
-        if len(a) > len(b):
-            a = _trim(a, min(excess, len(a) - len(b)), rng)
-        else:
-            b = _trim(b, min(excess, max(1, len(b) - len(a))), rng)
-    return a, b
-
-
-def _short_target(max_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> int:
-    """A row's target length: max_tokens, or with short_seq_prob a uniform length in [2, max]."""
-    if rng.random() < short_seq_prob:
-        return int(rng.integers(2, max_tokens + 1))
-    return max_tokens
-
-
-def _doc_pairs(doc_index, docs, sentences_of, max_tokens, short_seq_prob, task, rng):
-    """google-research/bert's create_instances_from_document, for one document, but for when the
-    short target is drawn (PACKING_VERSION 2): per row, not once per document.
-
-    google-research/bert draws it once per document, so a long document that draws a short target
-    cuts all its text into short rows: with 10 % of documents short, far more than 10 % of rows
-    are, and the fill of a corpus of long documents swings by several points with the seed (the
-    Python docs at 128: 82-92 % real tokens per packing group). Drawn per row, a tenth of the rows
-    are short, as short_seq_prob says. Everything else is as google-research/bert: chunks of whole
-    sentences up to the target, A a random prefix of the chunk, B the rest or (NSP, half the
-    time, always for a one-sentence chunk) a random other document's text from a random sentence,
-    the unused sentences given back; SOP swaps A and B half the time.
-
-    `sentences_of(i)`: document i's non-empty sentences, split once per group, and their lengths.
+    It removes one token at a time from the longer segment (B when they are equal) until the pair
+    fits: the longer one shrinks alone while the gap lasts, then both take turns, B first. So a
+    pair that fits is kept; one whose gap covers the excess loses it all from the longer segment;
+    any other ends at ceil(max/2) tokens of A and floor(max/2) of B.
     """
-    sentences, lengths = sentences_of(doc_index)
-    pairs = []
-    target = _short_target(max_tokens, short_seq_prob, rng)
-    start, length, i = 0, 0, 0
-    while i < len(sentences):
-        length += lengths[i]
-        if i == len(sentences) - 1 or length >= target:
-            chunk = sentences[start : i + 1]
-            a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-            a = np.concatenate(chunk[:a_end])
+    excess = a_len + b_len - max_tokens
+    a_alone = (excess > 0) & (a_len > b_len) & (a_len - b_len >= excess)
+    b_alone = (excess > 0) & (a_len <= b_len) & (b_len - a_len >= excess)
+    both = (excess > 0) & ~a_alone & ~b_alone
+    a_kept = np.where(a_alone, a_len - excess, np.where(both, (max_tokens + 1) // 2, a_len))
+    b_kept = np.where(b_alone, b_len - excess, np.where(both, max_tokens // 2, b_len))
+    return a_kept, b_kept
+
+
+class _Pairing:
+    """The state one call of `build_pairs` shares across its documents: the group's tokens back to
+    back, each document's sentence offsets into them, and the row cutter's random draws.
+
+    A segment is (start, length) in `flat`, never an array: a chunk's sentences are contiguous in
+    their document, so A and B are integer arithmetic, and the rows are truncated and gathered
+    from `flat` in one numpy pass at the end. The draws come from a `random.Random` seeded from the
+    caller's numpy Generator (still a pure function of the seed): a Python draw costs ~0.1 us where
+    a numpy scalar draw costs ~2 us, and a row takes about six. An integer below n is
+    int(random() * n): randrange's rejection loop costs ten times as much, and the product's
+    bias, n / 2**53, is nothing at these sizes.
+    """
+
+    def __init__(self, docs, rng: np.random.Generator):
+        self.flat = np.concatenate([d.tokens for d in docs]) if docs else np.zeros(0, np.int32)
+        base = np.cumsum([0] + [len(d.tokens) for d in docs]).tolist()
+        # Per document: absolute token offsets of its non-empty sentences' starts, and its end.
+        self.bounds = []
+        for d, b in zip(docs, base, strict=False):
+            lengths = np.asarray(d.sentence_lengths)
+            ends = (b + np.cumsum(lengths))[lengths > 0].tolist()
+            starts = [b, *ends[:-1]] if ends else []
+            self.bounds.append((starts, ends))
+        self.random = random.Random(int(rng.integers(0, 2**63)))
+
+    def doc_pairs(self, doc_index: int, max_tokens: int, short_seq_prob: float, task: str, pairs: list):
+        """google-research/bert's create_instances_from_document, for one document, but for when
+        the short target is drawn (PACKING_VERSION 2): per row, not once per document.
+
+        google-research/bert draws it once per document, so a long document that draws a short
+        target cuts all its text into short rows: with 10 % of documents short, far more than 10 %
+        of rows are, and the fill of a corpus of long documents swings by several points with the
+        seed (the Python docs at 128: 82-92 % real tokens per packing group). Drawn per row, a
+        tenth of the rows are short, as short_seq_prob says. Everything else is as
+        google-research/bert: chunks of whole sentences up to the target, A a random prefix of the
+        chunk, B the rest or (NSP, half the time, always for a one-sentence chunk) a random other
+        document's text from a random sentence, the unused sentences given back; SOP swaps A and
+        B half the time. Appends (a_start, a_len, b_start, b_len, label) to `pairs`, not yet
+        truncated to `max_tokens` (`truncated_lengths`).
+        """
+        uniform = self.random.random  # the one draw: every choice below is made from it
+
+        def short_target() -> int:  # max_tokens, or with short_seq_prob a length in [2, max]
+            return 2 + int(uniform() * (max_tokens - 1)) if uniform() < short_seq_prob else max_tokens
+
+        starts, ends = self.bounds[doc_index]
+        n, docs = len(starts), len(self.bounds)
+        target = short_target()
+        first = 0  # the chunk's first sentence
+        while first < n:
+            # The chunk: sentences from `first` until their length reaches the target, or the end.
+            last = min(bisect.bisect_left(ends, starts[first] + target, first), n - 1)
+            size = last + 1 - first
+            a_end = 1 + int(uniform() * (size - 1)) if size >= 2 else 1  # sentences in A
+            a = (starts[first], ends[first + a_end - 1] - starts[first])
             label = 0
-            if task == "nsp" and len(docs) > 1 and (len(chunk) == 1 or rng.random() < 0.5):
-                # B from a random other document of the group; give back the unused sentences.
+            if task == "nsp" and docs > 1 and (size == 1 or uniform() < 0.5):
+                # B from a random other document, from a random sentence, only what B can hold;
+                # the chunk's sentences after A are given back.
                 label = 1
-                other = int(rng.integers(0, len(docs) - 1))
+                other = int(uniform() * (docs - 1))
                 other += other >= doc_index
-                other_sentences, other_lengths = sentences_of(other)
-                first = int(rng.integers(0, len(other_sentences)))
-                need = max(1, target - len(a))
-                end, got = first, 0
-                while end < len(other_sentences) and got < need:  # only what B can hold
-                    got += other_lengths[end]
-                    end += 1
-                b = np.concatenate(other_sentences[first:end])[:need]
-                i -= len(chunk) - a_end
-            elif len(chunk) >= 2:
-                b = np.concatenate(chunk[a_end:])
-            else:
-                # One sentence: split it so that both segments exist.
-                if len(a) < 2:
-                    start, length, i = i + 1, 0, i + 1
-                    target = _short_target(max_tokens, short_seq_prob, rng)
-                    continue
-                cut = int(rng.integers(1, len(a)))
-                a, b = a[:cut], a[cut:]
-            if task == "sop" and rng.random() < 0.5:
+                other_starts, other_ends = self.bounds[other]
+                b_start = other_starts[int(uniform() * len(other_starts))]
+                b = (b_start, min(max(1, target - a[1]), other_ends[-1] - b_start))
+                last = first + a_end - 1
+            elif size >= 2:
+                b = (ends[first + a_end - 1], ends[last] - ends[first + a_end - 1])
+            elif a[1] < 2:  # one sentence of one token: no pair
+                first = last + 1
+                target = short_target()
+                continue
+            else:  # one sentence: split it so that both segments exist
+                cut = 1 + int(uniform() * (a[1] - 1))
+                a, b = (a[0], cut), (a[0] + cut, a[1] - cut)
+            if task == "sop" and uniform() < 0.5:
                 a, b, label = b, a, 1
-            a, b = _truncate_pair(a, b, max_tokens, rng)
-            pairs.append((a, b, label))
-            start, length = i + 1, 0
-            target = _short_target(max_tokens, short_seq_prob, rng)
-        i += 1
-    return pairs
+            pairs.append((*a, *b, label))  # truncated later, all rows at once
+            first = last + 1
+            target = short_target()
 
 
 def build_pairs(docs, order, seq_len, short_seq_prob, task, rng, ids: SpecialIds):
     """A/B rows for every document in `order`; returns (tokens, segment_ids, document_ids, labels)."""
-    split: dict[int, tuple[list[np.ndarray], list[int]]] = {}
-
-    def sentences_of(i: int) -> tuple[list[np.ndarray], list[int]]:
-        if i not in split:
-            sentences = docs[i].sentences()
-            split[i] = sentences, [len(s) for s in sentences]
-        return split[i]
-
-    pairs = [
-        pair
-        for doc_index in order
-        for pair in _doc_pairs(doc_index, docs, sentences_of, seq_len - 3, short_seq_prob, task, rng)
-    ]
-    n = len(pairs)
-    tokens = np.full((n, seq_len), ids.pad, np.int32)
-    segments = np.zeros((n, seq_len), np.int32)
-    labels = np.zeros((n, 1), np.int32)
-    for r, (a, b, label) in enumerate(pairs):
-        la, lb = len(a), len(b)
-        tokens[r, 0] = ids.cls
-        tokens[r, 1 : 1 + la] = a
-        tokens[r, 1 + la] = ids.sep
-        tokens[r, 2 + la : 2 + la + lb] = b
-        tokens[r, 2 + la + lb] = ids.sep
-        segments[r, 2 + la : 3 + la + lb] = 1
-        labels[r, 0] = label
+    pairing = _Pairing(docs, rng)
+    pairs: list[tuple[int, int, int, int, int]] = []
+    for doc_index in order:
+        pairing.doc_pairs(int(doc_index), seq_len - 3, short_seq_prob, task, pairs)
+    a_start, a_len, b_start, b_len, labels = np.array(pairs, np.int64).reshape(-1, 5).T
+    # BERT's truncate_seq_pair removes each token from the front or the back of its segment by a
+    # coin flip: the tokens a segment loses from its front are Binomial(removed, 1/2).
+    a_kept, b_kept = truncated_lengths(a_len, b_len, seq_len - 3)
+    a_start = a_start + rng.binomial(a_len - a_kept, 0.5)
+    b_start = b_start + rng.binomial(b_len - b_kept, 0.5)
+    a_start, a_len, b_start, b_len, labels = (v[:, None] for v in (a_start, a_kept, b_start, b_kept, labels))
+    # [CLS] A [SEP] B [SEP] [PAD]...: every row gathered from the group's tokens at once.
+    col = np.arange(seq_len)[None, :]
+    in_a = (col >= 1) & (col < 1 + a_len)
+    in_b = (col >= 2 + a_len) & (col < 2 + a_len + b_len)
+    source = np.where(in_a, a_start + col - 1, np.where(in_b, b_start + col - 2 - a_len, 0))
+    tokens = np.where(in_a | in_b, pairing.flat[source] if len(pairing.flat) else 0, ids.pad)
+    tokens = np.where((col == 1 + a_len) | (col == 2 + a_len + b_len), ids.sep, tokens)
+    tokens[:, 0] = ids.cls
+    tokens = tokens.astype(np.int32)
+    segments = ((col >= 2 + a_len) & (col <= 2 + a_len + b_len)).astype(np.int32)
     document_ids = (tokens != ids.pad).astype(np.int32)
-    return tokens, segments, document_ids, labels
+    return tokens, segments, document_ids, labels.astype(np.int32)
 
 
 def create_instances(

@@ -125,28 +125,39 @@ def mask_rows(
     budget = np.minimum(budget, n_candidates).astype(np.int64)
 
     # A random score per word, shared by its pieces; non-candidates sort last.
-    words = word_ids(tokens, tables, unit_starts) if whole_word else np.broadcast_to(np.arange(t), (n, t))
-    score = np.take_along_axis(rng.random((n, t)), words, axis=1)
+    words = word_ids(tokens, tables, unit_starts) if whole_word else None
+    score = rng.random((n, t)) if words is None else np.take_along_axis(rng.random((n, t)), words, axis=1)
     score[~candidate] = 2.0
-    order = np.argsort(score, axis=1, kind="stable")  # (N, T): pieces of a word stay adjacent
 
     selected = np.zeros((n, t), bool)
     if whole_word:
+        order = np.argsort(score, axis=1, kind="stable")  # (N, T): pieces of a word stay adjacent
         _choose_whole_words(order, words, budget, n_candidates, selected)
     else:
-        first_k = np.arange(t)[None, :] < budget[:, None]
-        np.put_along_axis(selected, order, first_k, axis=1)
+        # Each row's `budget` lowest scores. No budget exceeds max_predictions: partition off that
+        # many (distinct random floats: the same set a full sort would give), sort only those.
+        k = min(max_predictions, t)
+        lowest = np.argpartition(score, k - 1, axis=1)[:, :k] if k < t else np.argsort(score, axis=1)
+        ranked = np.argsort(np.take_along_axis(score, lowest, axis=1), axis=1)
+        lowest = np.take_along_axis(lowest, ranked, axis=1)
+        np.put_along_axis(selected, lowest, np.arange(lowest.shape[1])[None, :] < budget[:, None], axis=1)
 
-    # 80 % [MASK], 10 % random token, 10 % unchanged.
-    u = rng.random((n, t))
-    random_tokens = tables.random_ids[rng.integers(0, len(tables.random_ids), (n, t))]
-    input_ids = np.where(selected & (u < 0.8), tables.mask_id, tokens)
-    input_ids = np.where(selected & (u >= 0.9), random_tokens, input_ids)
+    # 80 % [MASK], 10 % random token, 10 % unchanged: drawn for the selected positions only.
+    rows, cols = np.nonzero(selected)  # row-major: each row's positions ascending
+    u = rng.random(len(rows))
+    replaced = np.where(u < 0.8, tables.mask_id, tokens[rows, cols])
+    at_random = u >= 0.9
+    replaced[at_random] = tables.random_ids[rng.integers(0, len(tables.random_ids), int(at_random.sum()))]
+    input_ids = tokens.copy()
+    input_ids[rows, cols] = replaced
 
-    # Selected positions first, in increasing order (stable sort of "not selected").
-    positions = np.argsort(~selected, axis=1, kind="stable")[:, :max_predictions]
-    valid = np.arange(max_predictions)[None, :] < selected.sum(axis=1)[:, None]
-    positions = np.where(valid, positions, 0)
+    # Selected positions first, in increasing order, then zeros (a scatter, not a second sort).
+    count = selected.sum(axis=1)
+    rank = np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)
+    positions = np.zeros((n, max_predictions), np.int64)
+    keep = rank < max_predictions
+    positions[rows[keep], rank[keep]] = cols[keep]
+    valid = np.arange(max_predictions)[None, :] < count[:, None]
     return {
         "input_ids": input_ids.astype(np.int64),
         "masked_lm_positions": positions.astype(np.int64),

@@ -147,6 +147,8 @@ def normalize_line(line: str, stats: Counter) -> str:
         # A CRLF end leaves a trailing CR once the LF is split off; a lone CR is a line end of
         # its own (old Mac files).
         line = line.removesuffix("\r").replace("\r\n", "\n").replace("\r", "\n")
+    if line.isprintable():  # no control character (the common case, checked in C): nothing to strip
+        return line
     cleaned = _CONTROL.sub("", line)
     if len(cleaned) != len(line):
         stats["repaired/control_chars"] += 1

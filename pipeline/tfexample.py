@@ -21,8 +21,16 @@ def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns (data, lengths): each row's bytes back to back in `data`, and bytes per row.
     """
-    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
-    dtype = np.uint32 if width <= 4 else np.uint64  # token ids fit 32 bits: half the traffic
+    largest = int(values.max(initial=0))
+    width = max(1, (largest.bit_length() + 6) // 7)  # bytes of the largest
+    if width == 1:  # every value below 128 is its own byte (masks, segments, positions at 128)
+        return values.astype(np.uint8).reshape(-1), np.full(len(values), values.shape[1], np.int64)
+    if largest < _TABLE_LIMIT:  # token ids: every value's bytes looked up at once
+        groups, n_bytes = _varint_table(largest.bit_length())
+        groups, n_bytes = groups[values], n_bytes[values]  # (N, L, 3), (N, L)
+        present = np.arange(3) < n_bytes[..., None]
+        return groups[present], n_bytes.sum(axis=1, dtype=np.int64)
+    dtype = np.uint32 if width <= 4 else np.uint64
     v = values.astype(dtype)
     n_bytes = np.ones(v.shape, np.uint8)
     for k in range(1, width):
@@ -32,6 +40,20 @@ def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     groups |= (k < n_bytes[..., None] - 1).astype(np.uint8) << 7  # continuation bit
     present = k < n_bytes[..., None]
     return groups[present], n_bytes.sum(axis=1, dtype=np.int64)
+
+
+_TABLE_LIMIT = 1 << 21  # values of at most 3 varint bytes: every vocab's ids
+
+
+@functools.lru_cache(maxsize=8)
+def _varint_table(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The varint bytes (2**bits, 3) and byte counts (2**bits,) of every value below 2**bits."""
+    v = np.arange(1 << bits, dtype=np.uint32)
+    n_bytes = (1 + (v >= 1 << 7) + (v >= 1 << 14)).astype(np.uint8)
+    k = np.arange(3, dtype=np.uint32)
+    groups = ((v[:, None] >> (7 * k)) & 0x7F).astype(np.uint8)
+    groups |= (k < n_bytes[:, None] - 1).astype(np.uint8) << 7  # continuation bit
+    return groups, n_bytes
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -68,7 +90,11 @@ def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predict
     """
     lengths = {"seq_len": seq_len, "max_predictions": max_predictions, "one": 1}
     n = None
-    columns = []  # per feature, sorted by name: (name, kind, packed data, row offsets)
+    # Per run of features, in name order: a fixed-size run (every row's entries the same size:
+    # the masks, the weights, positions at 128) as one (N, bytes) matrix of prefixes and values,
+    # or one variable-size feature (name, kind, packed data, row offsets). A row is then a few
+    # slices joined, not two per feature.
+    blocks: list = []
     for f in sorted(FEATURES, key=lambda f: f.name):
         if f.optional and f.name not in rows:
             continue
@@ -90,15 +116,30 @@ def serialize_examples(rows: Mapping[str, np.ndarray], seq_len: int, max_predict
             data = values.astype("<f4").reshape(-1).view(np.uint8)
             row_bytes = np.full(len(values), 4 * values.shape[1])
             kind = b"\x12"  # Feature.float_list = 2
-        offsets = np.concatenate([[0], np.cumsum(row_bytes)]).tolist()
-        columns.append((f.name, kind, data.tobytes(), offsets))
+        if len(values) and (row_bytes == row_bytes[0]).all():
+            prefix = np.frombuffer(_entry_prefix(f.name, kind, int(row_bytes[0])), np.uint8)
+            entries = np.concatenate([np.broadcast_to(prefix, (n, len(prefix))), data.reshape(n, -1)], axis=1)
+            if blocks and isinstance(blocks[-1], np.ndarray):
+                entries = np.concatenate([blocks.pop(), entries], axis=1)
+            blocks.append(entries)
+        else:
+            offsets = np.concatenate([[0], np.cumsum(row_bytes)]).tolist()
+            blocks.append((f.name, kind, data.tobytes(), offsets))
+    runs = []  # (bytes, width) of a fixed-size run, or the variable feature's tuple
+    for block in blocks:
+        runs.append((block.tobytes(), block.shape[1]) if isinstance(block, np.ndarray) else block)
     examples = []
     for r in range(n or 0):
         parts = []
-        for name, kind, data, offsets in columns:
-            start, end = offsets[r], offsets[r + 1]
-            parts.append(_entry_prefix(name, kind, end - start))
-            parts.append(data[start:end])
+        for run in runs:
+            if len(run) == 2:
+                data, width = run
+                parts.append(data[r * width : (r + 1) * width])
+            else:
+                name, kind, data, offsets = run
+                start, end = offsets[r], offsets[r + 1]
+                parts.append(_entry_prefix(name, kind, end - start))
+                parts.append(data[start:end])
         body = b"".join(parts)
         examples.append(b"\x0a" + _varint(len(body)) + body)  # Example.features = 1
     return examples

@@ -20,6 +20,7 @@ Beam counter in the `bertbeam` namespace, so a Dataflow job shows them as it run
 from __future__ import annotations
 
 import bz2
+import concurrent.futures
 import contextlib
 import gzip
 import itertools
@@ -36,6 +37,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from common import files
 from common.errors import BertbeamError
 from common.files import write_atomically
 from pipeline import progress as _progress
@@ -53,6 +55,7 @@ from pipeline.parts import (
     read_spilled,
     remove_tmp,
     shard_name,
+    tfrecord_framed,
     write_part,
 )
 from pipeline.tfexample import serialize_examples
@@ -394,7 +397,7 @@ class TokenizeDocuments(beam.DoFn):
     """A batch of (key, document) -> (split, TokenizedDoc) per document: split into sentences,
     encoded once; with a word segmenter, each token also gets its "begins a masking unit" flag.
 
-    Batches (`BatchDocuments` before it: up to 256 Ki characters), because one tokenizer call and
+    Batches (`BatchDocuments` before it: up to 1 Mi characters), because one tokenizer call and
     one segmenter loop per batch, rather than per document, cut the segmented build's tokenizing
     time by a sixth on the Chinese reviews (the two libraries stop evicting each other's tables from the
     cache between every document). A document's result does not depend on its batch.
@@ -415,10 +418,16 @@ class TokenizeDocuments(beam.DoFn):
             self._spill = None
 
     def setup(self):
-        # A Beam worker per core already: tokenizers' own thread pool (encode_batch) only competes
-        # with the other workers and with the segmenter; measured on 2 cores, the Chinese reviews
-        # tokenized 1.4x faster without it. Read by tokenizers at each call; the bytes are the same.
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        # tokenizers' own thread pool (encode_batch) on every core, or not: read by tokenizers at
+        # each call, the bytes are the same either way. Beam workers in processes of their own
+        # (multi_processing, Dataflow) are one per core already, and there the pool only competes
+        # with the other workers and with the segmenter: measured on 2 cores, the Chinese reviews
+        # tokenized 1.4x faster without it. The in-process runner (in_memory, the default) is one
+        # worker, and the pool encodes WordPiece 1.6x faster on 2 cores (bench/corpus.py --corpora
+        # google). A segmenter is pure Python and holds the GIL: no pool then either.
+        in_process = os.getpid() == self._launcher_pid
+        pool = in_process and self._cfg.word_segmenter == "none"
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if pool else "false"
         cfg = self._cfg
         dictionary = segment.read_dictionary(cfg.segmenter_dict)
         if segment.describe(cfg.word_segmenter, dictionary) != self._segmenter_info:
@@ -569,22 +578,30 @@ class CreateGroupInstances(beam.DoFn):
         split_plan = plan[split]
         stats = Counter({f"{split}/documents": len(docs)})
         by_shard: dict[int, list] = {}
-        split_index = schema.SPLITS.index(split)
-        for dupe in range(split_plan["dupes"]):
-            rng = np.random.default_rng([cfg.seed, split_index, group, dupe])
+        seed = [cfg.seed, schema.SPLITS.index(split), group]
+
+        def one_dupe(dupe: int):  # (sort keys, framed records, rows) of one dupe: its own rng
+            rng = np.random.default_rng([*seed, dupe])
             rows = create_instances(docs, cfg=cfg, tables=tables, ids=ids, rng=rng)
-            n = len(rows["input_ids"])
-            sort_keys = rng.integers(0, 2**63, size=n, dtype=np.int64).tolist()
+            sort_keys = rng.integers(0, 2**63, size=len(rows["input_ids"]), dtype=np.int64).tolist()
             records = serialize_examples(rows, cfg.seq_len, cfg.max_predictions)
-            for sort_key, record in zip(sort_keys, records, strict=True):
-                by_shard.setdefault(sort_key % split_plan["shards"], []).append((sort_key, record))
-            real = int(rows["input_mask"].sum())
-            stats[f"{split}/instances"] += n
-            stats[f"{split}/real_tokens"] += real
-            stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
-            stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
-            stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
-            self._progress(plan).add(n)
+            return sort_keys, [tfrecord_framed(record) for record in records], rows
+
+        # The in-process runner is one worker: its idle core takes every other dupe. About half of
+        # a dupe's time is numpy (masking, varints, gathers), which runs beside the other thread's
+        # Python. A worker in a process of its own (multi_processing, Dataflow) has no idle core.
+        threads = min(split_plan["dupes"], os.cpu_count() or 1) if os.getpid() == self._launcher_pid else 1
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            for sort_keys, records, rows in pool.map(one_dupe, range(split_plan["dupes"])):
+                for sort_key, record in zip(sort_keys, records, strict=True):
+                    by_shard.setdefault(sort_key % split_plan["shards"], []).append((sort_key, record))
+                n, real = len(records), int(rows["input_mask"].sum())
+                stats[f"{split}/instances"] += n
+                stats[f"{split}/real_tokens"] += real
+                stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
+                stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
+                stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
+                self._progress(plan).add(n)
         for shard, records in sorted(by_shard.items()):
             path = part_path(cfg.output_dir, split, shard, group)
             write_part(path, sorted(records))  # rewritten identically if the bundle is retried
@@ -636,29 +653,28 @@ class WriteShard(beam.DoFn):
         self._output_dir = output_dir
 
     def process(self, keyed, plan):
-        import tensorflow as tf
-
         (split, shard), paths = keyed
         part_paths = sorted({p for p in paths if p is not None})  # None: a seed for an empty shard
         parts = [read_part(p) for p in part_paths]
         name = shard_name(split, shard, plan[split]["shards"])
         tmp = f"{self._output_dir}/{TMP_DIR}/{name}"
-        tf.io.gfile.makedirs(f"{self._output_dir}/{TMP_DIR}")
-        order = sorted(
-            (key, p, int(ends[i - 1]) if i else 0, int(ends[i]))
-            for p, (keys, ends, _) in enumerate(parts)
-            for i, key in enumerate(keys.tolist())
-        )
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for _, p, start, end in order:
-                writer.write(parts[p][2][start:end])
-        size = tf.io.gfile.stat(tmp).length  # the reader compares it: a truncated copy is caught early
-        tf.io.gfile.rename(tmp, f"{self._output_dir}/{name}", overwrite=True)
+        blob = b"".join(part_blob for _, _, part_blob in parts)
+        at = np.cumsum([0] + [len(part_blob) for _, _, part_blob in parts])  # each part's place in it
+        none = [np.zeros(0, np.int64)]
+        keys = np.concatenate(none + [part_keys for part_keys, _, _ in parts])
+        ends = np.concatenate(none + [part_ends + at[p] for p, (_, part_ends, _) in enumerate(parts)])
+        sizes = np.concatenate(none + [np.diff(part_ends, prepend=0) for _, part_ends, _ in parts])
+        order = np.argsort(keys, kind="stable")  # ties: part order, then file order
+        ranges = zip((ends - sizes)[order].tolist(), ends[order].tolist(), strict=True)
+        data = b"".join(blob[start:end] for start, end in ranges)  # framed records, by key
+        with files.create_file(tmp) as f:
+            f.write(data)
+        files.rename(tmp, f"{self._output_dir}/{name}")
         for path in part_paths:
-            tf.io.gfile.remove(path)
+            files.remove(path)
         Metrics.counter("bertbeam", "shards_written").inc()
-        log.info("wrote %s (%d records from %d parts)", name, len(order), len(parts))
-        yield {"split": split, "file": name, "records": len(order), "bytes": size}
+        log.info("wrote %s (%d records from %d parts)", name, len(keys), len(parts))
+        yield {"split": split, "file": name, "records": len(keys), "bytes": len(data)}
 
 
 def _all_shard_keys(plan):
@@ -713,17 +729,15 @@ def write_manifest(shards, cfg, stats, vocab_info, plan, segmenter):
     """Removes what an earlier build left that this one did not write (shards with other counts,
     the other vocab kind, _tmp/), then writes manifest.json: last, so a folder with a manifest is
     a complete build."""
-    import tensorflow as tf
-
     manifest = schema.build_manifest(cfg, shards, stats, vocab_info, plan, segmenter)
     current = {s["file"] for s in shards}
     for split in schema.SPLITS:
-        for path in tf.io.gfile.glob(f"{cfg.output_dir}/{split}-*-of-*.tfrecord"):
+        for path in files.glob(f"{cfg.output_dir}/{split}-*-of-*.tfrecord"):
             if path.rsplit("/", 1)[-1] not in current:
-                tf.io.gfile.remove(path)
+                files.remove(path)
     for name in set(KINDS.values()) - {vocab_info.file}:
-        if tf.io.gfile.exists(f"{cfg.output_dir}/{name}"):
-            tf.io.gfile.remove(f"{cfg.output_dir}/{name}")
+        if files.exists(f"{cfg.output_dir}/{name}"):
+            files.remove(f"{cfg.output_dir}/{name}")
     remove_tmp(cfg.output_dir)
     write_atomically(f"{cfg.output_dir}/{schema.MANIFEST_NAME}", manifest.to_json())
     yield manifest

@@ -250,8 +250,10 @@ class WordPieceVocab:
         return is_special, starts_word, cjk
 
     def encode(self, sentences: list[str]) -> list[list[int]]:
-        # No special tokens added: instances place [CLS] and [SEP] themselves.
-        return [e.ids for e in self.tokenizer.encode_batch(sentences, add_special_tokens=False)]
+        # No special tokens added: instances place [CLS] and [SEP] themselves. The _fast variant
+        # skips the character offsets (only `encode_with_spans` needs them): the same ids, a
+        # tenth less time.
+        return [e.ids for e in self.tokenizer.encode_batch_fast(sentences, add_special_tokens=False)]
 
     def encode_with_spans(self, sentences: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """Per sentence: its ids and each token's (begin, end) character offsets."""

@@ -9,6 +9,7 @@ from pipeline.instances import (
     build_pairs,
     create_instances,
     pack_full_sentences,
+    truncated_lengths,
 )
 from pipeline.masking import MaskingTables
 
@@ -127,3 +128,38 @@ def test_a_tenth_of_pair_rows_are_short_however_long_the_documents():
         fills.append(real.mean() / (max_tokens + 3))
     assert 0.06 < np.mean(shares) < 0.13, shares
     assert np.mean(fills) > 0.9, fills
+
+
+def test_truncation_keeps_what_berts_token_at_a_time_loop_keeps():
+    """The closed form against google-research/bert's truncate_seq_pair, run literally (one token
+    at a time from the longer segment, B when equal) on every pair of lengths up to 40."""
+
+    def bert(a_len, b_len, max_tokens):
+        while a_len + b_len > max_tokens:
+            if a_len > b_len:
+                a_len -= 1
+            else:
+                b_len -= 1
+        return a_len, b_len
+
+    a_len, b_len = (v.ravel() for v in np.meshgrid(np.arange(1, 41), np.arange(1, 41)))
+    for max_tokens in (2, 3, 17, 24, 61):
+        kept = np.stack(truncated_lengths(a_len, b_len, max_tokens), axis=1).tolist()
+        assert kept == [list(bert(a, b, max_tokens)) for a, b in zip(a_len, b_len, strict=True)]
+
+
+def test_a_truncated_segment_loses_tokens_from_both_ends():
+    """Each removed token comes off the front or the back at random. A 15-token A before a
+    200-token B, 20 tokens of room: B keeps 10, and over many rows its front loses about half of
+    the 190 it gives up (always 0 or always 190 if one end were favoured)."""
+    rng = np.random.default_rng(4)
+    docs = [doc(1, list(range(1000, 1015)), list(range(2000, 2200)))]
+    fronts = []
+    for _ in range(40):
+        tokens, _, _, _ = build_pairs(docs, [0], seq_len=23, short_seq_prob=0.0, task="nsp", rng=rng, ids=IDS)
+        seps = np.flatnonzero(tokens[0] == 3)
+        a, b = tokens[0, 1 : seps[0]], tokens[0, seps[0] + 1 : seps[1]]
+        assert len(a) == 10 and len(b) == 10 and (a >= 1000).all() and (a < 1015).all()
+        assert (np.diff(b) == 1).all()  # one contiguous stretch of B
+        fronts.append((b[0] - 2000) / 190)
+    assert 0.4 < np.mean(fronts) < 0.6, fronts

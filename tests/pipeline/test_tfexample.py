@@ -31,17 +31,28 @@ def test_writer_refuses_a_wrong_length():
         serialize_example(bad, 7, 3)
 
 
+# Each feature's largest value picks its encoder: one byte per value below 2**7, the lookup table
+# below 2**21 (token ids), the general varint loop above.
+EDGES = {
+    2**7: [0, 1, 126, 127, 5, 0, 127],
+    2**21: [0, 127, 128, 16383, 16384, 2**21 - 1, 300],
+    2**63: [0, 1, 127, 128, 16383, 16384, 2**62],
+}
+
+
 @pytest.mark.parametrize("word_starts", [False, True])
-def test_fast_encoder_matches_protobuf_deterministic_bytes(word_starts):
+@pytest.mark.parametrize("below", sorted(EDGES))
+def test_fast_encoder_matches_protobuf_deterministic_bytes(word_starts, below):
     from tensorflow.core.example import example_pb2
 
     rng = np.random.default_rng(0)
     n = 17
     rows = {}
     for name, length in schema.feature_lengths(7, 3, word_starts).items():
-        # Values across every varint width, 0 and 2**62 included.
-        rows[name] = rng.integers(0, 2 ** rng.integers(1, 63, (n, length)), dtype=np.int64)
-    rows["input_ids"][0] = [0, 1, 127, 128, 16383, 16384, 2**62]
+        # Values across every varint width up to the limit, 0 and its edges included.
+        widths = rng.integers(1, below.bit_length() - 1, (n, length))
+        rows[name] = rng.integers(0, 2**widths, dtype=np.int64)
+    rows["input_ids"][0] = EDGES[below]
     rows["masked_lm_weights"] = rng.random((n, 3)).astype(np.float32)
     got = serialize_examples(rows, 7, 3)
     for r in range(n):
