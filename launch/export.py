@@ -34,7 +34,6 @@ import tensorflow as tf  # noqa: E402
 
 from common.cli import Parser, run_cli  # noqa: E402
 from common.errors import BertbeamError  # noqa: E402
-from common.files import write_atomically  # noqa: E402
 from launch.checkpoints import CheckpointError, read_weights  # noqa: E402
 from launch.config import TrainConfig  # noqa: E402
 from launch.google_checkpoint import google_config_json, save_google_checkpoint  # noqa: E402
@@ -42,6 +41,7 @@ from launch.hf_checkpoint import save_hf  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
 from model.bert import build_pretraining_model, encoder_from  # noqa: E402
 from model.config import BertConfig  # noqa: E402
+from pipeline.files import write_atomically  # noqa: E402
 from pipeline.schema import Manifest  # noqa: E402
 from pipeline.vocab import VocabFile  # noqa: E402
 

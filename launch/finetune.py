@@ -48,7 +48,6 @@ import tensorflow as tf  # noqa: E402
 
 from common.cli import Parser, add_arguments, field, run_cli  # noqa: E402
 from common.errors import BertbeamError, ConfigError, need  # noqa: E402
-from common.files import write_atomically  # noqa: E402
 from launch.checkpoints import read_bert_config, read_weights, warm_start  # noqa: E402
 from launch.labelled import Examples, LabelledFormat, label_names, read_examples  # noqa: E402
 from launch.optimizer import build_optimizer  # noqa: E402
@@ -57,6 +56,7 @@ from launch.strategy import KINDS, choose_strategy  # noqa: E402
 from launch.text_encoder import INPUTS, TextEncoder  # noqa: E402
 from model.bert import build_pretraining_model, encoder_from  # noqa: E402
 from model.config import BertConfig  # noqa: E402
+from pipeline.files import write_atomically  # noqa: E402
 from pipeline.vocab import VocabFile, kind_of  # noqa: E402
 
 HF_PREFIX = "hf:"

@@ -18,9 +18,9 @@ import json
 import tensorflow as tf
 
 from common.errors import BertbeamError
-from common.files import write_atomically
 from launch.config import TrainConfig
 from model.config import BertConfig
+from pipeline.files import write_atomically
 from pipeline.schema import MANIFEST_NAME, Manifest, read_manifest
 from pipeline.vocab import VocabFile
 

@@ -35,10 +35,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from common import files
 from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
-from pipeline import progress, schema, segment
+from pipeline import files, progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
 from pipeline.parts import remove_tmp, spill_dir
 from pipeline.transforms import (

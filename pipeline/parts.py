@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from apache_beam.io.tfrecordio import _TFRecordUtil
 
-from common import files
+from pipeline import files
 
 _masked_crc32c = _TFRecordUtil._masked_crc32c
 

@@ -37,12 +37,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from common import files
 from common.errors import BertbeamError
-from common.files import write_atomically
+from pipeline import files, schema, segment, text
 from pipeline import progress as _progress
-from pipeline import schema, segment, text
 from pipeline.config import CorpusConfig
+from pipeline.files import write_atomically
 from pipeline.instances import SpecialIds, TokenizedDoc, create_instances
 from pipeline.keys import content_key, seeded_key, split_of
 from pipeline.masking import MaskingTables

@@ -2,7 +2,8 @@
 
 Beam's, not TensorFlow's tf.io.gfile: the corpus builder and its workers then never import
 TensorFlow (3-6 s per process, a fifth of a small build), and the same code reaches every
-filesystem Beam has (gs://, s3://, local).
+filesystem Beam has (gs://, s3://, local). In pipeline/, not common/: common/ may not import Beam
+(tests/test_architecture.py); launch/ takes `write_atomically` from here.
 """
 
 from __future__ import annotations
