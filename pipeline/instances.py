@@ -109,7 +109,7 @@ class _Pairing:
     def __init__(self, docs, rng: np.random.Generator):
         self.flat = np.concatenate([d.tokens for d in docs]) if docs else np.zeros(0, np.int32)
         base = np.cumsum([0] + [len(d.tokens) for d in docs]).tolist()
-        # Per document: absolute token offsets of its non-empty sentences' starts, and its end.
+        # Per document: absolute token offsets in `flat` of its non-empty sentences' starts and ends.
         self.bounds = []
         for d, b in zip(docs, base, strict=False):
             lengths = np.asarray(d.sentence_lengths)
