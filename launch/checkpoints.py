@@ -28,8 +28,15 @@ from launch.google_checkpoint import (
     is_google_checkpoint,
     load_google_checkpoint,
 )
-from launch.hf_checkpoint import HFCheckpointError, hf_bert_config, is_hf_config, load_hf_checkpoint
-from model.bert import weights_by_path
+from launch.hf_checkpoint import (
+    HFCheckpointError,
+    hf_bert_config,
+    hf_model_type,
+    is_hf_config,
+    load_hf_checkpoint,
+)
+from launch.hf_electra import load_hf_electra
+from model.bert import ENCODER_LAYERS, weights_by_path
 from model.config import BertConfig
 
 HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT folder
@@ -143,35 +150,72 @@ def _unique(named: dict, variables) -> dict:
 # === Starting from other weights ===
 
 
-def read_weights(model: keras.Model, path: str) -> None:
+def read_weights(model: keras.Model, path: str, partial: bool = False) -> list[str]:
     """The weights of a bertbeam checkpoint; `CheckpointError` (with the first line of the cause)
-    when the checkpoint does not fit the model."""
+    when the checkpoint does not fit the model. With `partial`, weights the checkpoint lacks keep
+    their values (the heads an ELECTRA run does not have, a pooler a run without NSP never
+    trained), and their paths are returned; a missing encoder weight, or one the checkpoint holds
+    in another shape, is still an error."""
+    weights = _weight_values(model)
+    missing = []
+    if partial:
+        keys = {name.split("/.ATTRIBUTES/")[0] for name, _ in tf.train.list_variables(path)}
+        missing = [p for p in weights if _checkpoint_key("model", p) not in keys]
+        encoder = [p for p in missing if is_encoder_weight(p)]
+        if encoder:  # another depth or layout: not a head that may start fresh
+            raise CheckpointError(f"{path}: does not fit this model (it has no {encoder[0]})")
+        weights = {p: v for p, v in weights.items() if p not in missing}
     try:
-        status = tf.train.Checkpoint(model=_weight_values(model)).read(path)
+        status = tf.train.Checkpoint(model=weights).read(path)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as e:
         cause = str(e).strip().splitlines()[0][:200]
         raise CheckpointError(f"{path}: does not fit this model ({cause})") from None
+    return missing
 
 
-def warm_start(model: keras.Model, source: str) -> None:
+def is_encoder_weight(path: str) -> bool:
+    """The weight belongs to the encoder (embeddings, blocks, final norm), not to a head."""
+    layer = path.split("/", 1)[0]
+    return layer in ENCODER_LAYERS or re.fullmatch(r"transformer_\d+", layer) is not None
+
+
+def _checkpoint_key(group: str, path: str) -> str:
+    """How tf.train.Checkpoint names a dict entry: `/` in the key escaped as `.S`."""
+    return f"{group}/{path.replace('.', '..').replace('/', '.S')}"
+
+
+def warm_start(model: keras.Model, source: str) -> list[str]:
     """Weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint, a
     Google BERT release (its folder, or a bert_model.ckpt prefix), or `hf:DIR`, a Hugging Face
-    BERT folder (config.json + model.safetensors). Errors name --init_checkpoint."""
+    BERT or ELECTRA discriminator folder (config.json + model.safetensors). Returns the layers the
+    source has no weights for, which keep their fresh initialisation (a head, a pooler, ELECTRA's
+    generator), and prints them. Errors name --init_checkpoint."""
     source = source.rstrip("/")
     try:
         if source.startswith(HF_PREFIX):
-            fresh = load_hf_checkpoint(model, source.removeprefix(HF_PREFIX))
-            if fresh:
-                print(f"warm start: {source} has no {', '.join(fresh)}; those start fresh", flush=True)
-            return
-        path = _checkpoint_path(source)
-        if is_google_checkpoint(path):
-            load_google_checkpoint(model, path)
+            folder = source.removeprefix(HF_PREFIX)
+            load = load_hf_electra if hf_model_type(folder) == "electra" else load_hf_checkpoint
+            fresh = load(model, folder)
         else:
-            read_weights(model, path)
+            path = _checkpoint_path(source)
+            if is_google_checkpoint(path):
+                load_google_checkpoint(model, path)
+                fresh = []
+            else:
+                fresh = read_weights(model, path, partial=True)
     except (CheckpointError, GoogleCheckpointError, HFCheckpointError) as e:
         raise CheckpointError(f"--init_checkpoint {e}") from None
+    layers = layers_of(fresh)
+    if layers:
+        print(f"warm start: {source} has no weights for {', '.join(layers)}; those start fresh", flush=True)
+    return layers
+
+
+def layers_of(paths: list[str]) -> list[str]:
+    """The layers that own weight `paths` (`transformer_0/attention/query/kernel` ->
+    `transformer_0`), in their order, once each."""
+    return list(dict.fromkeys(path.split("/", 1)[0] for path in paths))
 
 
 def _checkpoint_path(source: str) -> str:

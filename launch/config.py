@@ -17,6 +17,7 @@ from common.errors import ConfigError, need
 from launch.optimizer import OPTIMIZERS
 from launch.strategy import KINDS
 from model.config import PRESETS
+from model.pretraining import OBJECTIVES, Objective
 from pipeline.config import MAX_MASKED_LM_PROB
 
 MIXED_PRECISION = ("none", "bf16", "fp16")
@@ -45,6 +46,17 @@ class TrainConfig:
         False, "with --phases: warm up again at each phase start (else one schedule spans the run)"
     )
     model_dir: str = field(None, "checkpoints, logs, eval, export (local or gs://)", required=True)
+    objective: str = field(
+        "mlm",
+        f"{'|'.join(OBJECTIVES)}: BERT's masked LM, or ELECTRA's replaced-token detection (a small "
+        "generator fills the masks, the discriminator spots its tokens; the discriminator is the "
+        "encoder kept)",
+    )
+    generator_size: float = field(
+        0.25, "--objective electra: the generator's hidden size, heads and feed-forward as a fraction "
+        "of the discriminator's (ELECTRA-Small 1/4, -Base 1/3)",
+    )  # fmt: skip
+    rtd_weight: float = field(50.0, "--objective electra: loss = masked LM + this x replaced-token detection")
     preset: str = field("tiny", f"model size: {'|'.join(PRESETS)}")
     bert_config: str | None = field(
         None,
@@ -87,6 +99,7 @@ class TrainConfig:
     trace_batches: bool = field(False, "debugging: a digest of every batch read, in model_dir/trace/")
 
     def __post_init__(self):
+        Objective(self.objective, self.generator_size, self.rtd_weight)  # its own checks: one-line errors
         need(bool(self.data), "--data: required (a corpus folder with manifest.json)")
         need(bool(self.model_dir), "--model_dir: required")
         need(self.preset in PRESETS, f"--preset {self.preset}: expected one of {', '.join(PRESETS)}")
@@ -132,6 +145,10 @@ class TrainConfig:
         )
 
     @property
+    def pretraining_objective(self) -> Objective:
+        return Objective(self.objective, self.generator_size, self.rtd_weight)
+
+    @property
     def steps_per_epoch(self) -> int:
         """Updates per Keras epoch: the largest interval on which logging, checkpoints, validation
         and the end of training all fall, so each happens at an epoch end."""
@@ -166,6 +183,7 @@ def parser() -> Parser:
     p = Parser(
         prog="python -m launch.pretrain",
         description="Pretrain BERT on a bertbeam corpus; re-run the same command to resume.",
+        verbose_flag=True,
     )
     add_arguments(p, TrainConfig)
     return p

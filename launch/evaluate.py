@@ -5,14 +5,15 @@ vocab: how well the model knows text it was not trained on (another domain, a he
 
 Reads every full global batch of the corpus's validation split (its static shapes), at the corpus's
 own length and prediction count, and writes model_dir/eval-NAME.json (NAME: the corpus folder's
-name): examples, mlm_loss, mlm_accuracy, perplexity, and nsp_accuracy when both the run and the
-corpus have sentence pairs; plus the checkpoint, its step and the corpus.
+name): the run's objective's figures (examples, mlm_loss, mlm_accuracy, perplexity; nsp_accuracy
+when both the run and the corpus have sentence pairs; for ELECTRA the generator's masked LM and
+the discriminator's rtd_loss, rtd_accuracy, rtd_precision, rtd_recall, replaced_fraction); plus
+the checkpoint, its step, the objective and the corpus.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from pathlib import PurePosixPath
@@ -25,11 +26,10 @@ from common.cli import Parser, run_cli  # noqa: E402
 from common.errors import BertbeamError  # noqa: E402
 from launch.checkpoints import read_weights  # noqa: E402
 from launch.inputs import validation_dataset  # noqa: E402
-from launch.logs import mlm_loss, pick  # noqa: E402
+from launch.logs import figures  # noqa: E402
+from launch.models import model_io, pretraining_model  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
 from launch.strategy import KINDS, choose_strategy  # noqa: E402
-from model.bert import build_pretraining_model  # noqa: E402
-from model.losses import compile_pretraining  # noqa: E402
 from pipeline.schema import read_manifest  # noqa: E402
 
 
@@ -60,34 +60,30 @@ def evaluate_corpus(model_dir: str, data: str, *, name: str | None = None, check
             f"batch of {batch_size} (--batch_size)"
         )
     path = checkpoint or run.latest_checkpoint()
-    pairs = own.pairs and corpus.pairs
+    objective = run.read_config().pretraining_objective
     with choose_strategy(strategy).scope():
-        model = build_pretraining_model(bert, corpus.seq_len, corpus.max_predictions, pairs)
-        read_weights(model, path)  # a NSP/SOP head the corpus cannot score stays unread
-        compile_pretraining(model, keras.optimizers.SGD(), jit_compile=True)
-    validation = validation_dataset([corpus], batch_size, 0, [batches])
-    if corpus.pairs and not pairs:  # the model has no head for the corpus's sentence labels
-        validation = validation.map(lambda x, y, w: (x, {"mlm": y["mlm"]}, {"mlm": w["mlm"]}))
+        # The run's own objective; an NSP/SOP head only when both the run and the corpus have pairs
+        # (a head the corpus cannot score stays unread).
+        model = pretraining_model(objective, bert, corpus, next_sentence=own.pairs and corpus.pairs)
+        read_weights(model, path)
+        objective.compile(model, keras.optimizers.SGD(), jit_compile=True)
+    validation = validation_dataset([corpus], batch_size, 0, [batches], **model_io(model))
     logs = model.evaluate(validation, steps=batches, return_dict=True, verbose=0)
-    loss = mlm_loss(logs)
     results = {
         "checkpoint": path,
         "step": int(number) if (number := path.rsplit("-", 1)[-1]).isdigit() else None,
         "corpus": corpus.folder or data,
+        "objective": objective.name,
         "examples": batches * batch_size,
-        "mlm_loss": loss,
-        "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
-        "perplexity": math.exp(min(loss, 700.0)),
+        **figures(logs),
     }
-    if pairs:
-        results["nsp_accuracy"] = pick(logs, "nsp_accuracy")
     name = name or PurePosixPath(data.rstrip("/")).name
     run.write_json(f"eval-{name}.json", results)
     return {**results, "output": run.file(f"eval-{name}.json")}
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.evaluate", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m launch.evaluate", description=__doc__.splitlines()[0], verbose_flag=True)
     p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
     p.add_argument("--data", required=True, help="a corpus folder built with the run's vocab")
     p.add_argument(

@@ -17,7 +17,9 @@ vocab.model / .txt  the corpus's vocab (sentencepiece, or WordPiece)
 bert_config.json    the model's shape; train_config.json: the run that made it
 
 --format hf: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and the vocab,
-which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (launch/hf_checkpoint.py).
+which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (launch/hf_checkpoint.py);
+an ELECTRA run writes two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and
+OUTPUT/generator (`ElectraForMaskedLM`) (launch/hf_electra.py).
 --format google: bert_model.ckpt.*, bert_config.json and the vocab, under google-research/bert's
 variable names (launch/google_checkpoint.py).
 """
@@ -38,9 +40,12 @@ from launch.checkpoints import CheckpointError, read_weights  # noqa: E402
 from launch.config import TrainConfig  # noqa: E402
 from launch.google_checkpoint import google_config_json, save_google_checkpoint  # noqa: E402
 from launch.hf_checkpoint import save_hf  # noqa: E402
+from launch.hf_electra import save_hf_electra  # noqa: E402
+from launch.models import pretraining_model  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
-from model.bert import build_pretraining_model, encoder_from  # noqa: E402
+from model.bert import encoder_from  # noqa: E402
 from model.config import BertConfig  # noqa: E402
+from model.electra import generator_config  # noqa: E402
 from pipeline.files import write_atomically  # noqa: E402
 from pipeline.schema import Manifest  # noqa: E402
 from pipeline.vocab import VocabFile  # noqa: E402
@@ -117,7 +122,7 @@ def restore(model_dir: str, checkpoint: str | None = None):
     bert = run_dir.read_bert_config()
     path = checkpoint or run_dir.latest_checkpoint()
     manifest = run_dir.read_corpus()
-    model = build_pretraining_model(bert, manifest.seq_len, manifest.max_predictions, manifest.pairs)
+    model = pretraining_model(config.pretraining_objective, bert, manifest, seed=config.seed)
     try:
         read_weights(model, path)
     except CheckpointError as e:
@@ -133,8 +138,22 @@ def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = No
         export(model, bert=bert, manifest=manifest, config=config, folder=output)
         return f"exported {path} ({fmt}) to {output}"
     vocab_file = VocabFile.of_corpus(manifest)
+    electra = "rtd" in model.output  # an ELECTRA run: a discriminator and a generator
+    if fmt == "hf" and electra:
+        generator = generator_config(bert, config.pretraining_objective.generator_size)
+        folders = save_hf_electra(model, bert, generator, vocab_file, output)
+        discriminator, generator_folder = folders
+        return (
+            f"exported {path} ({fmt}): ElectraForPreTraining to {discriminator}, "
+            f"ElectraForMaskedLM to {generator_folder}"
+        )
     if fmt == "hf":
         save_hf(model, bert, vocab_file, output)
+    elif electra:
+        raise ExportError(
+            f"--model_dir {model_dir}: an ELECTRA run exports as hf (ElectraForPreTraining and "
+            "ElectraForMaskedLM) or keras; google-research/bert's format has no place for its generator"
+        )
     else:
         config_json = google_config_json(bert)
         save_google_checkpoint(model, f"{output}/bert_model.ckpt")
@@ -149,7 +168,7 @@ def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = No
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.export", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m launch.export", description=__doc__.splitlines()[0], verbose_flag=True)
     p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
     p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--output", required=True, help="folder to write (local or gs://)")

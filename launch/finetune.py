@@ -13,15 +13,18 @@ counted in eval.json and skipped (launch/labelled.py). Text is tokenised with th
 and rules (model_dir/corpus/, kept by the run), in the graph (launch/text_encoder.py), statically
 padded to --seq_len.
 
-Model: the pretrained encoder, a dropout and a dense layer on its pooled output; Keras `fit` under
-the same strategy factory as pretraining, AdamW with linear warmup and decay, XLA. Validation after
-every epoch; the best epoch's weights are kept (Keras's EarlyStopping with restore_best_weights).
+Model: the pretrained encoder (a BERT run's, an ELECTRA run's discriminator, or a Hugging Face or
+Google release), a dropout and a dense layer on its pooled [CLS] output or the mean of its tokens
+(--pooling); Keras `fit` under the same strategy factory as pretraining, AdamW with linear warmup
+and decay and layer-wise learning-rate decay (--layer_decay), XLA. Validation after every epoch;
+the best epoch's weights are kept (Keras's EarlyStopping with restore_best_weights). What starts
+fresh (the head; a pooler pretraining never trained) is printed and listed in eval.json.
 
 Output in model_dir/finetune/NAME/ (NAME: --name, else the training file's stem, plus "-scratch"
 with --from_scratch), or --output:
   eval.json       accuracy, macro_f1, per_class, loss, examples, bad_rows, best_epoch on the
                   validation split, and the same under "test" with --test (the headline figure:
-                  validation chose the epoch)
+                  validation chose the epoch); recipe: objective, pooling, layer_decay, fresh
   confusion.png   the confusion matrix (test when given, else validation)
   classifier.keras  the classifier, uncompiled (`import model` registers its layers)
   serving/        a SavedModel: signature "serving_default" takes raw strings, `text` (and
@@ -48,13 +51,14 @@ import tensorflow as tf  # noqa: E402
 
 from common.cli import Parser, add_arguments, field, run_cli  # noqa: E402
 from common.errors import BertbeamError, ConfigError, need  # noqa: E402
-from launch.checkpoints import read_bert_config, read_weights, warm_start  # noqa: E402
+from launch.checkpoints import layers_of, read_bert_config, read_weights, warm_start  # noqa: E402
+from launch.hf_checkpoint import hf_model_type  # noqa: E402
 from launch.labelled import Examples, LabelledFormat, label_names, read_examples  # noqa: E402
-from launch.optimizer import build_optimizer  # noqa: E402
+from launch.optimizer import build_optimizer, layer_decay_multipliers  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
 from launch.strategy import KINDS, choose_strategy  # noqa: E402
 from launch.text_encoder import INPUTS, TextEncoder  # noqa: E402
-from model.bert import build_pretraining_model, encoder_from  # noqa: E402
+from model.bert import build_encoder  # noqa: E402
 from model.config import BertConfig  # noqa: E402
 from pipeline.files import write_atomically  # noqa: E402
 from pipeline.vocab import VocabFile, kind_of  # noqa: E402
@@ -100,9 +104,16 @@ class FinetuneConfig:
     label_field: str = field("label", "field or column holding the label (string or int)")
     tfds_data_dir: str | None = field(None, "with --tfds_name: where the prepared dataset lives")
     from_scratch: bool = field(False, "the same architecture from random weights (the baseline)")
-    pooling: Literal["cls", "mean"] = field(
-        "cls", "the head reads the pooled [CLS] output (BERT), or the mean of the real tokens' outputs"
+    pooling: Literal["auto", "cls", "mean"] = field(
+        "auto",
+        "the head reads the pooled [CLS] output (BERT), or the mean of the real tokens' outputs; auto: "
+        "cls when the source trained its pooler (NSP/SOP), else mean (measured: docs/finetune.md)",
     )
+    layer_decay: float = field(
+        0.8, "layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
+        "(the head at --learning_rate, the embeddings slowest; ELECTRA's recipe); 1 = off; never "
+        "with --from_scratch",
+    )  # fmt: skip
     seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
     global_batch_size: int = field(32, "examples per step over all replicas")
     epochs: int = field(3, "passes over the training examples")
@@ -125,6 +136,7 @@ class FinetuneConfig:
         for name in ("global_batch_size", "epochs"):
             need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
         need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
+        need(0 < self.layer_decay <= 1, f"--layer_decay: expected in (0, 1], found {self.layer_decay}")
         need(
             0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
         )
@@ -163,14 +175,15 @@ class FinetuneConfig:
 class Pretrained:
     bert: BertConfig
     vocab_file: VocabFile
-    next_sentence: bool  # the source has a pooler and NSP/SOP head to load
     weights: str  # a bertbeam checkpoint prefix, hf:DIR, or a Google checkpoint
+    objective: str = "mlm"  # what trained it (a bertbeam run's --objective; hf: the model type)
 
-    def load(self, model: keras.Model) -> None:
+    def load(self, encoder: keras.Model) -> list[str]:
+        """The source's weights into `encoder` (`build_encoder`'s); returns the layers it has no
+        weights for, which keep their fresh values (a pooler a run without NSP never trained)."""
         if self.weights.startswith(HF_PREFIX) or not tf.io.gfile.exists(f"{self.weights}.index"):
-            warm_start(model, self.weights)
-        else:
-            read_weights(model, self.weights)
+            return warm_start(encoder, self.weights)
+        return layers_of(read_weights(encoder, self.weights, partial=True))
 
 
 def pretrained(config: FinetuneConfig) -> Pretrained:
@@ -178,7 +191,8 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
         run = RunDir(config.model_dir)
         manifest = run.read_corpus()  # the run's own copy: a moved corpus folder does not matter
         path = config.checkpoint or run.latest_checkpoint()
-        return Pretrained(run.read_bert_config(), VocabFile.of_corpus(manifest), manifest.pairs, path)
+        objective = run.read_config().objective
+        return Pretrained(run.read_bert_config(), VocabFile.of_corpus(manifest), path, objective)
     source = config.init_checkpoint.rstrip("/")
     hf = source.startswith(HF_PREFIX)
     folder = source.removeprefix(HF_PREFIX)
@@ -194,19 +208,8 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
         data = f.read()
     kind = kind_of(vocab_path)
     lower = _lower_case(config.lower_case, folder, hf) if kind == "wordpiece" else False
-    if hf:
-        next_sentence = True  # a missing pooler / NSP head keeps its fresh weights (load_hf_checkpoint)
-    else:
-        names = tf.train.load_checkpoint(_google_prefix(folder)).get_variable_to_shape_map()
-        next_sentence = any(name.startswith("cls/seq_relationship/") for name in names)
-    return Pretrained(read_bert_config(bert_config), VocabFile(kind, data, lower), next_sentence, source)
-
-
-def _google_prefix(folder: str) -> str:
-    prefix = tf.train.latest_checkpoint(folder) or f"{folder}/bert_model.ckpt"
-    if not tf.io.gfile.exists(f"{prefix}.index"):
-        raise FinetuneError(f"--init_checkpoint {folder}: no checkpoint there (bert_model.ckpt.index)")
-    return prefix
+    objective = "electra" if hf and hf_model_type(folder) == "electra" else "mlm"
+    return Pretrained(read_bert_config(bert_config), VocabFile(kind, data, lower), source, objective)
 
 
 def _lower_case(flag: str, folder: str, hf: bool) -> bool:
@@ -219,6 +222,13 @@ def _lower_case(flag: str, folder: str, hf: bool) -> bool:
 
 
 # === Model ===
+
+
+def default_pooling(pooler_trained: bool) -> str:
+    """--pooling auto: the [CLS] pooler where pretraining trained it (NSP/SOP), else the mean of
+    the real tokens' outputs: an untrained pooler is one more fresh layer between the encoder and
+    the head (docs/finetune.md has the measurement)."""
+    return "cls" if pooler_trained else "mean"
 
 
 def build_classifier(encoder: keras.Model, num_labels: int, dropout: float, seed: int,
@@ -241,6 +251,44 @@ def build_classifier(encoder: keras.Model, num_labels: int, dropout: float, seed
         name="classifier",
     )(x)
     return keras.Model(inputs, logits, name="bert_classifier")
+
+
+def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, total_steps: int):
+    """The classifier on `source`'s encoder (random weights with --from_scratch), compiled, and
+    the recipe it resolved: the pretraining objective, pooling (--pooling auto:
+    `default_pooling`), layer decay (off from scratch: there is nothing to keep), and the layers
+    that start fresh (the head always; the pooler when it is read and was never trained)."""
+    encoder = build_encoder(source.bert, config.seq_len)
+    fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
+    pooling = default_pooling("pooler" not in fresh) if config.pooling == "auto" else config.pooling
+    classifier = build_classifier(encoder, num_labels, source.bert.dropout, config.seed, pooling)
+    decay = 1.0 if config.from_scratch else config.layer_decay
+    multipliers = None
+    if decay != 1.0:
+        layers = layers_of([w.path for w in classifier.trainable_weights])
+        multipliers = layer_decay_multipliers(layers, source.bert.num_layers, decay)
+    optimizer = build_optimizer(
+        "adamw",
+        learning_rate=config.learning_rate,
+        warmup_steps=int(total_steps * config.warmup_fraction),
+        total_steps=total_steps,
+        weight_decay=config.weight_decay,
+        lr_multipliers=multipliers,
+    )
+    classifier.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=config.jit_compile,
+    )
+    used = [layer for layer in fresh if layer != "pooler" or pooling == "cls"]
+    recipe = {
+        "objective": None if config.from_scratch else source.objective,
+        "pooling": pooling,
+        "layer_decay": decay,
+        "fresh": used + ["classifier"],
+    }
+    return classifier, recipe
 
 
 # === Data ===
@@ -368,7 +416,7 @@ def save_serving(
 
 def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
     """Trains, evaluates and writes everything; returns the headline figures. `source` overrides
-    where the encoder comes from (bench/quality.py: weights converted from keras-hub)."""
+    where the encoder comes from (bench/race.py: weights converted from keras-hub)."""
     started = time.time()
     source = source or pretrained(config)
     if config.seq_len > source.bert.max_position:
@@ -407,27 +455,8 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         if ex is not None:
             data[split] = (encode(text_encoder, ex), np.array([index[y] for y in ex.labels], np.int32))
 
-    total_steps = steps_per_epoch * config.epochs
     with strategy.scope():
-        pretraining = build_pretraining_model(source.bert, config.seq_len, 1, source.next_sentence)
-        if not config.from_scratch:
-            source.load(pretraining)
-        classifier = build_classifier(
-            encoder_from(pretraining), len(names), source.bert.dropout, config.seed, config.pooling
-        )
-        optimizer = build_optimizer(
-            "adamw",
-            learning_rate=config.learning_rate,
-            warmup_steps=int(total_steps * config.warmup_fraction),
-            total_steps=total_steps,
-            weight_decay=config.weight_decay,
-        )
-        classifier.compile(
-            optimizer=optimizer,
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-            jit_compile=config.jit_compile,
-        )
+        classifier, recipe = build_model(config, source, len(names), steps_per_epoch * config.epochs)
     x, y = data["train"]
     train_ds = (
         tf.data.Dataset.from_tensor_slices((x, y))
@@ -441,7 +470,9 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
     )
     print(
         f"fine-tuning {'from scratch' if config.from_scratch else source.weights} on {config.train}: "
-        f"{len(train_ex)} examples, {len(names)} labels, {config.epochs} epochs of {steps_per_epoch} steps",
+        f"{len(train_ex)} examples, {len(names)} labels, {config.epochs} epochs of {steps_per_epoch} steps; "
+        f"{recipe['pooling']} pooling, layer decay {recipe['layer_decay']:g}"
+        + ("" if config.from_scratch else f"; starting fresh: {', '.join(recipe['fresh'])}"),
         flush=True,
     )
     history = classifier.fit(
@@ -455,6 +486,7 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
 
     results = evaluate_splits(classifier, data, names, batch, {"validation": validation_ex, "test": test_ex})
     results["best_epoch"] = int(best.best_epoch) + 1
+    results["recipe"] = recipe
     splits = {"train": train_ex, "validation": validation_ex, "test": test_ex}
     results["bad_rows"] = {split: ex.bad_rows for split, ex in splits.items() if ex is not None}
     out = config.output_dir
@@ -514,7 +546,7 @@ def evaluate_splits(classifier, data, names, batch, examples) -> dict:
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.finetune", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m launch.finetune", description=__doc__.splitlines()[0], verbose_flag=True)
     add_arguments(p, FinetuneConfig)
     return p
 

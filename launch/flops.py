@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from model.config import BertConfig
+from model.pretraining import Objective
 
 # Dense bf16 peaks in TFLOP/s per device (per chip for TPUs), from the vendors' data sheets.
 PEAK_TFLOPS = {
@@ -31,13 +32,12 @@ PEAK_TFLOPS = {
 }
 
 
-def training_flops_per_example(config: BertConfig, seq_len: int, max_predictions: int) -> float:
-    """Matmul FLOPs of one training example: 3x the forward pass (forward, then two backward)."""
-    t, h, i, p = seq_len, config.hidden_size, config.intermediate_size, max_predictions
-    # Q, K, V and output projections; the two feed-forward matmuls; attention scores and context.
-    per_layer = 2 * t * 4 * h * h + 2 * t * 2 * h * i + 2 * 2 * t * t * h
-    heads = 2 * p * h * h + 2 * p * h * config.vocab_size + 2 * h * h  # MLM transform, tied output, pooler
-    return 3.0 * (config.num_layers * per_layer + heads)
+def training_flops_per_example(
+    config: BertConfig, seq_len: int, max_predictions: int, objective: Objective | None = None
+) -> float:
+    """Matmul FLOPs of one training example of `objective` (default: BERT's masked LM): 3x the
+    forward pass (forward, then two backward); `Objective.training_flops_per_example`."""
+    return (objective or Objective()).training_flops_per_example(config, seq_len, max_predictions)
 
 
 def peak_tflops_for(device_kind: str) -> float | None:

@@ -38,39 +38,23 @@ class MappedVariable:
 
 
 def mappings(model: keras.Model) -> list[MappedVariable]:
-    """Every variable of `model` with its Google name; the pooler and NSP head only if present."""
+    """Every variable of `model` with its Google name; the MLM head, pooler and NSP head only if
+    present (an encoder alone has none)."""
     names = {layer.name for layer in model.layers}
-    rows = [
-        MappedVariable("bert/embeddings/word_embeddings", "token_embedding/embeddings"),
-        MappedVariable("bert/embeddings/token_type_embeddings", "segment_embedding/embeddings"),
-        MappedVariable("bert/embeddings/position_embeddings", "position_embedding/embeddings"),
-        MappedVariable("bert/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
-        MappedVariable("bert/embeddings/LayerNorm/beta", "embedding_norm/beta"),
-    ]
-    for i in range(count_blocks(names)):
-        g, o = f"bert/encoder/layer_{i}", f"transformer_{i}"
-        for part in ("query", "key", "value"):
-            for w in ("kernel", "bias"):
-                rows.append(MappedVariable(f"{g}/attention/self/{part}/{w}", f"{o}/attention/{part}/{w}"))
+    if "embedding_projection" in names:
+        raise GoogleCheckpointError(
+            "this model projects its embeddings (embedding_size != hidden_size), which BERT's "
+            "format has no place for"
+        )
+    rows = embedding_mappings("bert") + block_mappings(count_blocks(names), "bert/encoder")
+    if "mlm_transform" in names:
         rows += [
-            MappedVariable(f"{g}/attention/output/dense/kernel", f"{o}/attention/attention_output/kernel"),
-            MappedVariable(f"{g}/attention/output/dense/bias", f"{o}/attention/attention_output/bias"),
-            MappedVariable(f"{g}/attention/output/LayerNorm/gamma", f"{o}/attention_norm/gamma"),
-            MappedVariable(f"{g}/attention/output/LayerNorm/beta", f"{o}/attention_norm/beta"),
-            MappedVariable(f"{g}/intermediate/dense/kernel", f"{o}/intermediate/kernel"),
-            MappedVariable(f"{g}/intermediate/dense/bias", f"{o}/intermediate/bias"),
-            MappedVariable(f"{g}/output/dense/kernel", f"{o}/output/kernel"),
-            MappedVariable(f"{g}/output/dense/bias", f"{o}/output/bias"),
-            MappedVariable(f"{g}/output/LayerNorm/gamma", f"{o}/output_norm/gamma"),
-            MappedVariable(f"{g}/output/LayerNorm/beta", f"{o}/output_norm/beta"),
+            MappedVariable("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
+            MappedVariable("cls/predictions/transform/dense/bias", "mlm_transform/bias"),
+            MappedVariable("cls/predictions/transform/LayerNorm/gamma", "mlm_norm/gamma"),
+            MappedVariable("cls/predictions/transform/LayerNorm/beta", "mlm_norm/beta"),
+            MappedVariable("cls/predictions/output_bias", "mlm_bias/bias"),
         ]
-    rows += [
-        MappedVariable("cls/predictions/transform/dense/kernel", "mlm_transform/kernel"),
-        MappedVariable("cls/predictions/transform/dense/bias", "mlm_transform/bias"),
-        MappedVariable("cls/predictions/transform/LayerNorm/gamma", "mlm_norm/gamma"),
-        MappedVariable("cls/predictions/transform/LayerNorm/beta", "mlm_norm/beta"),
-        MappedVariable("cls/predictions/output_bias", "mlm_bias/bias"),
-    ]
     if "pooler" in names:
         rows += [
             MappedVariable("bert/pooler/dense/kernel", "pooler/kernel"),
@@ -81,6 +65,49 @@ def mappings(model: keras.Model) -> list[MappedVariable]:
             MappedVariable("cls/seq_relationship/output_weights", "nsp_logits/kernel", transpose=True),
             MappedVariable("cls/seq_relationship/output_bias", "nsp_logits/bias"),
         ]
+    return rows
+
+
+def embedding_mappings(scope: str) -> list[MappedVariable]:
+    """The token, segment and position embeddings and their LayerNorm, under `scope/embeddings`
+    (`bert`; ELECTRA's `electra`)."""
+    return [
+        MappedVariable(f"{scope}/embeddings/word_embeddings", "token_embedding/embeddings"),
+        MappedVariable(f"{scope}/embeddings/token_type_embeddings", "segment_embedding/embeddings"),
+        MappedVariable(f"{scope}/embeddings/position_embeddings", "position_embedding/embeddings"),
+        MappedVariable(f"{scope}/embeddings/LayerNorm/gamma", "embedding_norm/gamma"),
+        MappedVariable(f"{scope}/embeddings/LayerNorm/beta", "embedding_norm/beta"),
+    ]
+
+
+def dense_mappings(google: str, ours: str) -> list[MappedVariable]:
+    """A dense layer's kernel and bias."""
+    return [
+        MappedVariable(f"{google}/kernel", f"{ours}/kernel"),
+        MappedVariable(f"{google}/bias", f"{ours}/bias"),
+    ]
+
+
+def norm_mappings(google: str, ours: str) -> list[MappedVariable]:
+    """A LayerNorm's scale and offset."""
+    return [
+        MappedVariable(f"{google}/gamma", f"{ours}/gamma"),
+        MappedVariable(f"{google}/beta", f"{ours}/beta"),
+    ]
+
+
+def block_mappings(count: int, scope: str, prefix: str = "") -> list[MappedVariable]:
+    """`count` transformer blocks: `scope/layer_i` <-> `{prefix}transformer_i`."""
+    rows = []
+    for i in range(count):
+        g, o = f"{scope}/layer_{i}", f"{prefix}transformer_{i}"
+        for part in ("query", "key", "value"):
+            rows += dense_mappings(f"{g}/attention/self/{part}", f"{o}/attention/{part}")
+        rows += dense_mappings(f"{g}/attention/output/dense", f"{o}/attention/attention_output")
+        rows += norm_mappings(f"{g}/attention/output/LayerNorm", f"{o}/attention_norm")
+        rows += dense_mappings(f"{g}/intermediate/dense", f"{o}/intermediate")
+        rows += dense_mappings(f"{g}/output/dense", f"{o}/output")
+        rows += norm_mappings(f"{g}/output/LayerNorm", f"{o}/output_norm")
     return rows
 
 
@@ -154,8 +181,11 @@ def google_bert_config(path: str) -> BertConfig:
 
 
 def bert_config_from(raw: dict, *, hidden_act: str, layer_norm_epsilon: float = 1e-12) -> BertConfig:
-    """A BertConfig from the field names google-research/bert's config and Hugging Face's share."""
+    """A BertConfig from the field names google-research/bert's config and Hugging Face's share
+    (and ELECTRA's embedding_size, where it differs from hidden_size)."""
+    embedding_size = raw.get("embedding_size")
     return BertConfig(
+        embedding_size=embedding_size if embedding_size != raw["hidden_size"] else None,
         vocab_size=raw["vocab_size"],
         hidden_size=raw["hidden_size"],
         num_layers=raw["num_hidden_layers"],

@@ -100,13 +100,13 @@ def hf_config(bert: BertConfig, pad_token_id: int) -> dict:
     }
 
 
-def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
-    """BertForMaskedLM's state dict, from the model's variables (float32, C-contiguous)."""
+def hf_tensors(model: keras.Model, rows: list[MappedVariable] | None = None) -> dict[str, np.ndarray]:
+    """The state dict of `rows` (default: BertForMaskedLM's) from the model's variables
+    (float32, C-contiguous), under Hugging Face's names."""
     weights = weights_by_path(model)
+    rows = [m for m in mappings(model) if not m.google.startswith(MASKED_LM_ONLY)] if rows is None else rows
     out = {}
-    for m in mappings(model):
-        if m.google.startswith(MASKED_LM_ONLY):
-            continue
+    for m in rows:
         value = to_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours]), np.float32))
         out[hf_name(m.google)] = np.ascontiguousarray(value.T if _is_kernel(m) else value)
     return out
@@ -115,14 +115,20 @@ def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
 def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str) -> None:
     """config.json, model.safetensors and the vocab, plus the tokenizer (tokenizer.json,
     tokenizer_config.json) that `transformers.AutoTokenizer` loads where the vocab kind has one."""
+    config = hf_config(bert, vocab_file.load().special_ids["pad"])
+    write_hf_folder(folder, config, hf_tensors(model), vocab_file, bert.max_position)
+
+
+def write_hf_folder(folder: str, config: dict, tensors: dict[str, np.ndarray], vocab_file: VocabFile,
+                    model_max_length: int) -> None:  # fmt: skip
+    """A `save_pretrained` folder: config.json, model.safetensors, the vocab, and the tokenizer
+    files where the vocab kind has a Hugging Face tokenizer."""
     from safetensors.numpy import save
 
-    vocab = vocab_file.load()
     tf.io.gfile.makedirs(folder)
-    config = hf_config(bert, vocab.special_ids["pad"])
     files = {
         "config.json": json.dumps(config, indent=2, sort_keys=True).encode(),
-        WEIGHTS: save(hf_tensors(model), metadata={"format": "pt"}),
+        WEIGHTS: save(tensors, metadata={"format": "pt"}),
         vocab_file.file_name: vocab_file.data,
     }
     tokenizer = hf_tokenizer(vocab_file)
@@ -135,7 +141,7 @@ def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder:
             {
                 "tokenizer_class": TOKENIZER_CLASS[vocab_file.kind],
                 "do_lower_case": vocab_file.lower_case,
-                "model_max_length": bert.max_position,
+                "model_max_length": model_max_length,
                 **{f"{key}_token": piece for key, piece in SPECIAL_PIECES.items()},
             },
             indent=2,
@@ -233,7 +239,8 @@ def _model_proto_class():
 
 
 def hf_bert_config(path: str) -> BertConfig:
-    """A Hugging Face BERT config.json as a BertConfig (its "gelu" is the exact erf form)."""
+    """A Hugging Face BERT (or ELECTRA discriminator) config.json as a BertConfig (its "gelu" is
+    the exact erf form)."""
     with tf.io.gfile.GFile(path) as f:
         raw = json.load(f)
     act = raw.get("hidden_act", "gelu")
@@ -249,30 +256,56 @@ def hf_bert_config(path: str) -> BertConfig:
 
 
 def is_hf_config(raw: dict) -> bool:
-    return raw.get("model_type") == "bert" or "transformers_version" in raw
+    return raw.get("model_type") in ("bert", "electra") or "transformers_version" in raw
+
+
+def hf_model_type(folder: str) -> str:
+    """config.json's model_type ("bert", "electra"; "bert" when unsaid)."""
+    path = f"{folder}/config.json"
+    if not tf.io.gfile.exists(path):
+        return "bert"
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f).get("model_type", "bert")
 
 
 def load_hf_checkpoint(model: keras.Model, folder: str) -> list[str]:
     """Assigns every variable from `folder/model.safetensors` (BertForMaskedLM, BertForPreTraining
     or BertModel names). A missing or mis-shaped tensor is a one-line error, before anything is
-    assigned; only the pooler and NSP head may be missing (BertForMaskedLM has neither): they keep
-    their fresh initialisation, and their names are returned."""
+    assigned; only the MLM head, the pooler and NSP head may be missing (BertModel has no MLM
+    head, BertForMaskedLM no pooler or NSP head): they keep their fresh initialisation, and
+    their names are returned."""
+    folder = folder.rstrip("/")
+    rows = mappings(model)
+    optional = {m.ours for m in rows if m.google.startswith((*MASKED_LM_ONLY, "cls/predictions/"))}
+    return assign_hf_tensors(model, folder, rows, optional, prefix="bert.")
+
+
+def read_hf_tensors(folder: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load
 
-    folder = folder.rstrip("/")
     path = f"{folder}/{WEIGHTS}"
     if not tf.io.gfile.exists(path):
         raise HFCheckpointError(f"{folder}: no {WEIGHTS} (a Hugging Face save_pretrained folder)")
     with tf.io.gfile.GFile(path, "rb") as f:
-        tensors = load(f.read())
+        return load(f.read())
+
+
+def assign_hf_tensors(model: keras.Model, folder: str, rows: list[MappedVariable], optional: set[str],
+                      prefix: str) -> list[str]:  # fmt: skip
+    """Assigns `rows` from `folder/model.safetensors`, each under its Hugging Face name with or
+    without the base model's `prefix` (`bert.`, `electra.`: a bare BertModel saves without it).
+    A missing or mis-shaped tensor is a one-line error, before anything is assigned, unless its
+    variable is in `optional`: those keep their fresh values. Returns what stays fresh: those,
+    and every variable of the model no row maps."""
+    tensors = read_hf_tensors(folder)
+    path = f"{folder}/{WEIGHTS}"
     weights = weights_by_path(model)
-    values, fresh = {}, []
-    for m in mappings(model):
+    values = {}
+    for m in rows:
         name = hf_name(m.google)
-        found = next((k for k in (name, name.removeprefix("bert.")) if k in tensors), None)
+        found = next((k for k in (name, name.removeprefix(prefix)) if k in tensors), None)
         if found is None:
-            if m.google.startswith(MASKED_LM_ONLY):
-                fresh.append(m.ours)
+            if m.ours in optional:
                 continue
             raise HFCheckpointError(f"{path}: no tensor {name} (for {m.ours})")
         value = tensors[found].astype(np.float32)
@@ -287,4 +320,4 @@ def load_hf_checkpoint(model: keras.Model, folder: str) -> list[str]:
         values[m.ours] = from_google_layout(value, m, want)
     for ours, value in values.items():
         weights[ours].assign(value)
-    return fresh
+    return [path for path in weights if path not in values]

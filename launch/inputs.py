@@ -48,9 +48,11 @@ def train_inputs(
     *,
     first_batch_of_phase: int = 0,
     batches_in_phase: int | None = None,
+    model_io: dict | None = None,
 ):
     """The distributed training stream, starting at batch `start_batch` of the uninterrupted one
-    (counted from the phase's start). The trace counts batches from the run's start
+    (counted from the phase's start), with the features and targets `model_io` names (the
+    model's, `launch.models.model_io`). The trace counts batches from the run's start
     (`first_batch_of_phase` on) and leaves out what tf.data reads ahead past the phase's end."""
     trace = RunDir(config.model_dir).trace if config.trace_batches else None
     if trace:
@@ -60,6 +62,7 @@ def train_inputs(
         training=True,
         seed=config.seed,
         dynamic_masking=dynamic_masking(config, corpora),
+        **(model_io or {}),
     )
 
     def train_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -100,14 +103,23 @@ def input_options(strategy: tf.distribute.Strategy, corpora: Corpora) -> tf.dist
 
 
 def validation_dataset(
-    manifests: list[Manifest], global_batch: int, seed: int, batches: list[int]
+    manifests: list[Manifest],
+    global_batch: int,
+    seed: int,
+    batches: list[int],
+    features: tuple[str, ...] | None = None,
+    targets: tuple[str, ...] | None = None,
 ) -> tf.data.Dataset:
     """`batches[i]` global batches of corpus i's validation split, one corpus after the other, in
     file order (Keras splits them over replicas), then the same again: Keras evaluates exactly
     `sum(batches)` steps, so every evaluation sees the same examples. (Repeated, because under a
     distribution strategy Keras's iterator reads ahead: a dataset that ends with the evaluation's
-    last batch raised StopIteration at the second evaluation under MirroredStrategy.)"""
-    config = InputConfig(per_replica_batch_size=global_batch, training=False, seed=seed)
+    last batch raised StopIteration at the second evaluation under MirroredStrategy.) `features`
+    and `targets`: the model's input and output names (`launch.models.model_io`; default: a
+    BERT's)."""
+    config = InputConfig(
+        per_replica_batch_size=global_batch, training=False, seed=seed, features=features, targets=targets
+    )
     parts = [make_dataset(m, "validation", config).take(n) for m, n in zip(manifests, batches, strict=True)]
     ds = parts[0]
     for part in parts[1:]:

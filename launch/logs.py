@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 
 import keras
@@ -62,6 +63,7 @@ class EpochLog(keras.callbacks.Callback):
             "step": step,
             "loss": mlm_loss(logs),
             "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
+            **_objective_figures(logs),
             "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
             "examples_per_s": examples_per_s,
             "tokens_per_s": examples_per_s * self.seq_len,
@@ -72,6 +74,7 @@ class EpochLog(keras.callbacks.Callback):
         if "val_loss" in logs:
             row["val_loss"] = mlm_loss(logs, "val_")
             row["val_mlm_accuracy"] = pick(logs, "val_mlm_accuracy", "val_accuracy")
+            row.update({f"val_{k}": v for k, v in _objective_figures(logs, "val_").items()})
             if self.sources:
                 row["val_sources"] = self._evaluate_sources()
         self._write(step, row)
@@ -95,19 +98,53 @@ class EpochLog(keras.callbacks.Callback):
 
     def _write(self, step: int, row: dict) -> None:
         with self.writers["train"].as_default(step=step):
-            for name in ("loss", "mlm_accuracy", "learning_rate", "examples_per_s", "tokens_per_s", "mfu"):
+            for name in ("loss", "mlm_accuracy", *OBJECTIVE_FIGURES, "learning_rate", "examples_per_s",
+                         "tokens_per_s", "mfu"):  # fmt: skip
                 if row.get(name) is not None:
                     tf.summary.scalar(name, row[name])
         if "val_loss" in row:
             with self.writers["validation"].as_default(step=step):
                 tf.summary.scalar("loss", row["val_loss"])
                 tf.summary.scalar("mlm_accuracy", row["val_mlm_accuracy"])
+                for name in OBJECTIVE_FIGURES:
+                    if row.get(f"val_{name}") is not None:
+                        tf.summary.scalar(name, row[f"val_{name}"])
         for name, values in row.get("val_sources", {}).items():
             with self.writers[f"validation-{name}"].as_default(step=step):
                 tf.summary.scalar("loss", values["loss"])
                 tf.summary.scalar("mlm_accuracy", values["mlm_accuracy"])
         for writer in self.writers.values():
             writer.flush()
+
+
+# Figures beyond the masked LM's, by the name Keras logs them under, for whichever the model has:
+# NSP/SOP; ELECTRA's discriminator (loss, accuracy, precision and recall on replaced tokens) and
+# the share of real tokens the generator replaced. (With ELECTRA, mlm_* is the generator's.)
+OBJECTIVE_FIGURES = {
+    "nsp_accuracy": "nsp_accuracy",
+    "rtd_loss": "rtd_loss",
+    "rtd_accuracy": "rtd_accuracy",
+    "rtd_precision": "rtd_precision",
+    "rtd_recall": "rtd_recall",
+    "replaced_fraction": "rtd_replaced",
+}
+
+
+def _objective_figures(logs: dict, prefix: str = "") -> dict:
+    found = {name: pick(logs, prefix + logged) for name, logged in OBJECTIVE_FIGURES.items()}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def figures(logs: dict) -> dict:
+    """An evaluation's figures from Keras's logs: masked-LM loss, accuracy and perplexity, and
+    whichever of OBJECTIVE_FIGURES the model has."""
+    loss = mlm_loss(logs)
+    return {
+        "mlm_loss": loss,
+        "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
+        "perplexity": math.exp(min(loss, 700.0)),
+        **_objective_figures(logs),
+    }
 
 
 def pick(logs: dict, *names: str) -> float | None:

@@ -56,6 +56,50 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LayerwiseAdamW(keras.optimizers.AdamW):
+    """AdamW with a learning rate scaled per layer: `lr_multipliers` {layer name: factor}, the
+    layer being a variable path's first part (`transformer_3/attention/query/kernel` ->
+    `transformer_3`); layers it does not name get 1. ELECTRA fine-tunes with layer-wise decay:
+    the head at the full rate, each layer below at `decay` times the one above it.
+
+    Keras optimizers take one learning rate; the factor goes into `update_step`, the one call
+    per variable every backend makes. Weight decay keeps the unscaled rate, which at fine-tuning's
+    1e-2 x lr is a difference in the fourth digit of a weight over a whole run."""
+
+    def __init__(self, lr_multipliers: dict[str, float] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.lr_multipliers = dict(lr_multipliers or {})
+
+    def build(self, variables):
+        super().build(variables)
+        self._factors = [self.lr_multipliers.get(v.path.split("/", 1)[0], 1.0) for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._factors[self._get_variable_index(variable)]
+        return super().update_step(gradient, variable, learning_rate * factor)
+
+    def get_config(self):
+        return {**super().get_config(), "lr_multipliers": self.lr_multipliers}
+
+
+def layer_decay_multipliers(layer_names: list[str], num_layers: int, decay: float) -> dict[str, float]:
+    """ELECTRA's layer-wise decay for an encoder of `num_layers` blocks: the embeddings (depth 0),
+    block i (depth i + 1), everything above (the pooler, the head: depth L + 1) get
+    decay ** (L + 1 - depth), so the head learns at the full rate and the embeddings slowest."""
+    embeddings = ("token_embedding", "segment_embedding", "position_embedding", "embedding_norm",
+                  "embedding_projection")  # fmt: skip
+
+    def depth(name: str) -> int:
+        if name in embeddings:
+            return 0
+        if name.startswith("transformer_") and name.removeprefix("transformer_").isdigit():
+            return int(name.removeprefix("transformer_")) + 1
+        return num_layers + 1
+
+    return {name: decay ** (num_layers + 1 - depth(name)) for name in layer_names}
+
+
 def build_optimizer(
     name: str,
     *,
@@ -68,8 +112,10 @@ def build_optimizer(
     grad_accum_steps: int = 1,
     mixed_precision: str = "none",
     warmup_start: int = 0,
+    lr_multipliers: dict[str, float] | None = None,
 ) -> keras.optimizers.Optimizer:
-    """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling).
+    """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling). With
+    `lr_multipliers` (AdamW only), a learning rate per layer (`LayerwiseAdamW`).
 
     Steps are optimizer updates. Keras (3.15) evaluates a schedule at its batch counter
     (`BaseOptimizer._get_current_learning_rate` passes `_iterations`, not `iterations`), which with
@@ -92,7 +138,11 @@ def build_optimizer(
         "gradient_accumulation_steps": grad_accum_steps if grad_accum_steps > 1 else None,
         "epsilon": 1e-6,
     }
-    if name == "adamw":
+    if lr_multipliers and name != "adamw":
+        raise ValueError(f"--optimizer {name}: per-layer learning rates are built for adamw")
+    if name == "adamw" and lr_multipliers:
+        optimizer = LayerwiseAdamW(lr_multipliers, **common)
+    elif name == "adamw":
         optimizer = keras.optimizers.AdamW(**common)
     elif name == "lamb":
         optimizer = keras.optimizers.Lamb(**common)

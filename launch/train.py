@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import sys
@@ -47,13 +46,12 @@ from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, 
 from launch.export import export
 from launch.flops import detect_peak_tflops, training_flops_per_example
 from launch.inputs import dynamic_masking, train_inputs, validation_dataset
-from launch.logs import EpochLog, History, mlm_loss, pick, plot_loss, read_history
+from launch.logs import EpochLog, History, figures, plot_loss, read_history
+from launch.models import model_io, pretraining_model
 from launch.optimizer import build_optimizer
 from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, RunDir
 from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy
-from model.bert import build_pretraining_model
 from model.config import BertConfig
-from model.losses import compile_pretraining
 from pipeline.input import naming_bad_shards
 from pipeline.schema import Manifest
 
@@ -325,10 +323,9 @@ def build(run: Run, stage: Stage | None = None) -> int:
     config = run.config
     stage = stage or run.stages[0]
     manifest = stage.manifest
+    objective = config.pretraining_objective
     with run.strategy.scope():
-        run.model = build_pretraining_model(
-            run.bert, manifest.seq_len, manifest.max_predictions, manifest.pairs
-        )
+        run.model = pretraining_model(objective, run.bert, manifest, seed=config.seed)
         optimizer = build_optimizer(
             config.optimizer,
             learning_rate=config.learning_rate,
@@ -342,7 +339,7 @@ def build(run: Run, stage: Stage | None = None) -> int:
             warmup_start=stage.phase.start if config.restart_warmup else 0,
         )
         optimizer.build(run.model.trainable_variables)  # slots exist before a restore fills them
-        compile_pretraining(
+        objective.compile(
             run.model,
             optimizer,
             jit_compile=config.jit_compile,
@@ -381,6 +378,7 @@ def fit(run: Run, stage: Stage, step: int) -> None:
     if step >= phase.end:
         return
     accum = config.grad_accum_steps
+    io = model_io(run.model)
     train_data = train_inputs(
         config,
         stage.corpora,
@@ -389,26 +387,32 @@ def fit(run: Run, stage: Stage, step: int) -> None:
         (step - phase.start) * accum,
         first_batch_of_phase=phase.start * accum,
         batches_in_phase=phase.steps * accum,
+        model_io=io,
     )
     evaluating = any(stage.eval_batches)
     validation = None
     if evaluating:
         validation = validation_dataset(
-            list(stage.corpora.manifests), stage.global_batch, config.seed, list(stage.eval_batches)
+            list(stage.corpora.manifests), stage.global_batch, config.seed, list(stage.eval_batches), **io
         )
     per_source = {}
     if evaluating and stage.corpora.mixture:  # curves per corpus beside the mixture's
         for name, m, batches in zip(
             stage.corpora.names, stage.corpora.manifests, stage.eval_batches, strict=True
         ):
-            per_source[name] = (validation_dataset([m], stage.global_batch, config.seed, [batches]), batches)
+            per_source[name] = (
+                validation_dataset([m], stage.global_batch, config.seed, [batches], **io),
+                batches,
+            )
     log = EpochLog(
         config,
         History(run.write_dir, step),
         run.checkpoints,
         global_batch=stage.global_batch,
         seq_len=manifest.seq_len,
-        flops_per_example=training_flops_per_example(run.bert, manifest.seq_len, manifest.max_predictions),
+        flops_per_example=training_flops_per_example(
+            run.bert, manifest.seq_len, manifest.max_predictions, config.pretraining_objective
+        ),
         peak_tflops=config.peak_tflops or detect_peak_tflops(),
         devices=run.strategy.num_replicas_in_sync,
         phase_end=phase.end,
@@ -444,7 +448,8 @@ def finish(run: Run, stage: Stage) -> dict:
 
 def final_evaluation(run: Run, stage: Stage) -> dict:
     """The whole validation split of the last phase's corpora, once: model_dir/eval.json (MLM
-    loss, accuracy, perplexity; NSP/SOP accuracy when the corpus has pairs). A mixture's figures
+    loss, accuracy, perplexity; NSP/SOP accuracy when the model has that head; ELECTRA's
+    discriminator figures). A mixture's figures
     are over all its corpora's validation records, and each corpus's under `sources`."""
     corpora = stage.corpora
     if not any(stage.eval_batches):
@@ -464,18 +469,12 @@ def final_evaluation(run: Run, stage: Stage) -> dict:
 
 
 def evaluate(run: Run, stage: Stage, manifests: list[Manifest], batches: list[int]) -> dict:
-    """Masked-LM loss, accuracy and perplexity (and NSP/SOP accuracy) over `batches[i]` global
-    batches of each corpus's validation split."""
-    validation = validation_dataset(manifests, stage.global_batch, run.config.seed, batches)
+    """The objective's figures (`logs.figures`: masked-LM loss, accuracy and perplexity; NSP/SOP
+    accuracy; ELECTRA's discriminator figures) over `batches[i]` global batches of each corpus's
+    validation split."""
+    validation = validation_dataset(
+        manifests, stage.global_batch, run.config.seed, batches, **model_io(run.model)
+    )
     with naming_bad_shards([f for m in manifests for f in m.files("validation")]):
         logs = run.model.evaluate(validation, steps=sum(batches), return_dict=True, verbose=0)
-    loss = mlm_loss(logs)
-    results = {
-        "examples": sum(batches) * stage.global_batch,
-        "mlm_loss": loss,
-        "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
-        "perplexity": math.exp(min(loss, 700.0)),
-    }
-    if stage.manifest.pairs:
-        results["nsp_accuracy"] = pick(logs, "nsp_accuracy")
-    return results
+    return {"examples": sum(batches) * stage.global_batch, **figures(logs)}

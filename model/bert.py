@@ -1,7 +1,8 @@
 """A compact BERT from Keras built-in layers, smallest piece first:
 position embedding -> transformer block -> encoder -> pretraining heads -> build functions.
 
-Shapes: B batch, T sequence (seq_len), H hidden, P max_predictions, V vocab.
+Shapes: B batch, T sequence (seq_len), H hidden, E embedding width (H unless set), P
+max_predictions, V vocab.
 Every custom layer stores its constructor arguments and returns them from `get_config()`, and is
 registered, so `clone_model` and `.keras` save/load work with no custom objects passed.
 """
@@ -26,7 +27,7 @@ def gelu_approximate(x):
 ACTIVATIONS = {"gelu": keras.activations.gelu, "gelu_approximate": gelu_approximate}
 
 
-def _init(stddev: float):
+def initializer(stddev: float):
     """A new initializer for each weight. An unseeded Keras 3 initializer fixes its seed when it is
     created, so one object handed to two layers draws the same numbers for both (the segment
     embedding was the token embedding's first rows); Keras's MultiHeadAttention clones its own
@@ -50,7 +51,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.max_position, input_shape[-1]),
-            initializer=_init(self.initializer_range),
+            initializer=initializer(self.initializer_range),
         )
 
     def call(self, x):
@@ -97,7 +98,7 @@ class TransformerBlock(keras.layers.Layer):
             num_heads,
             hidden_size // num_heads,
             dropout=dropout,
-            kernel_initializer=_init(initializer_range),
+            kernel_initializer=initializer(initializer_range),
             name="attention",
         )
         self.attention_norm = keras.layers.LayerNormalization(
@@ -107,11 +108,11 @@ class TransformerBlock(keras.layers.Layer):
         self.intermediate = keras.layers.Dense(
             intermediate_size,
             activation=ACTIVATIONS[hidden_act],
-            kernel_initializer=_init(initializer_range),
+            kernel_initializer=initializer(initializer_range),
             name="intermediate",
         )
         self.output_dense = keras.layers.Dense(
-            hidden_size, kernel_initializer=_init(initializer_range), name="output"
+            hidden_size, kernel_initializer=initializer(initializer_range), name="output"
         )
         self.output_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="output_norm")
         self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
@@ -213,17 +214,18 @@ def encoder_inputs(seq_len: int) -> dict:
 def encoder_layers(config: BertConfig) -> dict:
     """The encoder's layers, by the names checkpoints and `encoder_from` know them by."""
     stddev = config.initializer_range
+    width = config.embedding_width
     return {
         "token_embedding": keras.layers.ReversibleEmbedding(
             config.vocab_size,
-            config.hidden_size,
-            embeddings_initializer=_init(stddev),
+            width,
+            embeddings_initializer=initializer(stddev),
             name="token_embedding",
         ),
         "segment_embedding": OneHotEmbedding(
             config.type_vocab_size,
-            config.hidden_size,
-            embeddings_initializer=_init(stddev),
+            width,
+            embeddings_initializer=initializer(stddev),
             name="segment_embedding",
         ),
         "position_embedding": PositionEmbedding(config.max_position, stddev, name="position_embedding"),
@@ -231,37 +233,49 @@ def encoder_layers(config: BertConfig) -> dict:
             epsilon=config.layer_norm_epsilon, name="embedding_norm"
         ),
         "embedding_dropout": keras.layers.Dropout(config.dropout, name="embedding_dropout"),
-        "blocks": [
-            TransformerBlock(
-                hidden_size=config.hidden_size,
-                num_heads=config.num_heads,
-                intermediate_size=config.intermediate_size,
-                dropout=config.dropout,
-                initializer_range=stddev,
-                layer_norm_epsilon=config.layer_norm_epsilon,
-                pre_layer_norm=config.pre_layer_norm,
-                hidden_act=config.hidden_act,
-                name=f"transformer_{i}",
-            )
-            for i in range(config.num_layers)
-        ],
+        "embedding_projection": keras.layers.Dense(
+            config.hidden_size, kernel_initializer=initializer(stddev), name="embedding_projection"
+        )
+        if width != config.hidden_size
+        else None,
+        "blocks": transformer_blocks(config),
         "final_norm": keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_norm")
         if config.pre_layer_norm
         else None,
     }
 
 
-def _embed(layers: dict, inputs: dict):
-    """(token + segment + position embeddings, normalised: (B, T, H); attention mask (B, T, T))."""
+def transformer_blocks(config: BertConfig, prefix: str = "") -> list[TransformerBlock]:
+    """`num_layers` blocks of `config`'s shape, named `{prefix}transformer_{i}`."""
+    return [
+        TransformerBlock(
+            hidden_size=config.hidden_size,
+            num_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            dropout=config.dropout,
+            initializer_range=config.initializer_range,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            pre_layer_norm=config.pre_layer_norm,
+            hidden_act=config.hidden_act,
+            name=f"{prefix}transformer_{i}",
+        )
+        for i in range(config.num_layers)
+    ]
+
+
+def embed(layers: dict, inputs: dict):
+    """(token + segment + position embeddings, normalised: (B, T, E); attention mask (B, T, T))."""
     x = layers["token_embedding"](inputs["input_ids"]) + layers["segment_embedding"](inputs["segment_ids"])
     x = layers["embedding_dropout"](layers["embedding_norm"](layers["position_embedding"](x)))
     return x, attention_mask(inputs["input_mask"], inputs["document_ids"])
 
 
-def _encode(layers: dict, inputs: dict, query_positions=None):
-    """All blocks on all T tokens, except that the last one computes only `query_positions`
-    when given: (B, T, H), or (B, Q, H)."""
-    x, mask = _embed(layers, inputs)
+def run_blocks(layers: dict, x, mask, query_positions=None):
+    """Embeddings (B, T, E) through the projection to H (when E != H), every block and the final
+    norm (pre-LN): (B, T, H); or, given `query_positions` (B, Q), the last block computes only
+    those rows: (B, Q, H)."""
+    if layers["embedding_projection"] is not None:
+        x = layers["embedding_projection"](x)
     blocks = layers["blocks"]
     for block in blocks[:-1]:
         x = block(x, attention_mask=mask)
@@ -270,6 +284,24 @@ def _encode(layers: dict, inputs: dict, query_positions=None):
     else:
         x = blocks[-1](x, attention_mask=mask, query_positions=query_positions)
     return layers["final_norm"](x) if layers["final_norm"] is not None else x
+
+
+def encode(layers: dict, inputs: dict, query_positions=None):
+    """All blocks on all T tokens, except that the last one computes only `query_positions`
+    when given: (B, T, H), or (B, Q, H)."""
+    x, mask = embed(layers, inputs)
+    return run_blocks(layers, x, mask, query_positions)
+
+
+def masked_lm_logits(x, token_embedding, *, width: int, activation, epsilon: float, stddev: float,
+                     prefix: str = ""):  # fmt: skip
+    """The masked-LM head on the gathered positions (B, P, H): transform to E, activation,
+    LayerNorm, then the output projection tied to the token embedding, plus a bias: (B, P, V)."""
+    h = keras.layers.Dense(
+        width, activation=activation, kernel_initializer=initializer(stddev), name=f"{prefix}mlm_transform"
+    )(x)
+    h = keras.layers.LayerNormalization(epsilon=epsilon, name=f"{prefix}mlm_norm")(h)
+    return BiasAdd(name=f"{prefix}mlm_bias")(token_embedding(h, reverse=True))
 
 
 def build_pretraining_model(
@@ -290,34 +322,35 @@ def build_pretraining_model(
     layers = encoder_layers(config)
     cls = ops.zeros_like(inputs["masked_lm_positions"][:, :1])  # [CLS] is at position 0
     rows = ops.concatenate([cls, inputs["masked_lm_positions"]], axis=1)  # (B, 1 + P)
-    encoded = _encode(layers, inputs, query_positions=rows)  # (B, 1 + P, H)
-    h = keras.layers.Dense(
-        config.hidden_size,
+    encoded = encode(layers, inputs, query_positions=rows)  # (B, 1 + P, H)
+    logits = masked_lm_logits(
+        encoded[:, 1:, :],
+        layers["token_embedding"],
+        width=config.embedding_width,
         activation=ACTIVATIONS[config.hidden_act],
-        kernel_initializer=_init(config.initializer_range),
-        name="mlm_transform",
-    )(encoded[:, 1:, :])
-    h = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="mlm_norm")(h)
-    logits = BiasAdd(name="mlm_bias")(layers["token_embedding"](h, reverse=True))  # (B, P, V)
+        epsilon=config.layer_norm_epsilon,
+        stddev=config.initializer_range,
+    )  # (B, P, V)
     # Logits in float32 also under a bf16/fp16 policy: the softmax over V needs the range.
     outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)}
     if next_sentence:
         pooler = keras.layers.Dense(
             config.hidden_size,
             activation="tanh",
-            kernel_initializer=_init(config.initializer_range),
+            kernel_initializer=initializer(config.initializer_range),
             name="pooler",
         )
-        nsp = keras.layers.Dense(2, kernel_initializer=_init(config.initializer_range), name="nsp_logits")(
-            pooler(encoded[:, 0, :])
-        )
+        nsp = keras.layers.Dense(
+            2, kernel_initializer=initializer(config.initializer_range), name="nsp_logits"
+        )(pooler(encoded[:, 0, :]))
         outputs["nsp"] = keras.layers.Activation("linear", dtype="float32", name="nsp")(nsp)
     return keras.Model(inputs, outputs, name="bert_pretraining")
 
 
 def encoder_from(pretraining_model: keras.Model) -> keras.Model:
-    """The encoder inside a pretraining model, sharing its weights: inputs without the masked
-    positions -> {"sequence_output": (B, T, H), "pooled_output": (B, H)}, every block on all T.
+    """The encoder inside a pretraining model (BERT's, or ELECTRA's discriminator), sharing its
+    weights: inputs without the masked positions -> {"sequence_output": (B, T, H),
+    "pooled_output": (B, H)}, every block on all T.
 
     A model trained without the NSP/SOP head never used its pooler, so none is in its graph; the
     encoder then gets an untrained one (as RoBERTa's is), initialised from a fixed seed so that
@@ -325,19 +358,27 @@ def encoder_from(pretraining_model: keras.Model) -> keras.Model:
     """
     model = pretraining_model
     names = {layer.name for layer in model.layers}
-    layers = {
-        name: model.get_layer(name)
-        for name in ("token_embedding", "segment_embedding", "position_embedding", "embedding_norm",
-                     "embedding_dropout")
-    }  # fmt: skip
+    layers = {name: model.get_layer(name) if name in names else None for name in ENCODER_LAYERS}
     layers["blocks"] = [model.get_layer(f"transformer_{i}") for i in range(count_blocks(names))]
-    layers["final_norm"] = model.get_layer("final_norm") if "final_norm" in names else None
-    seq_len = model.input["input_ids"].shape[1]
+    pooler = model.get_layer("pooler") if "pooler" in names else None
+    return _encoder_model(layers, model.input["input_ids"].shape[1], pooler)
+
+
+def build_encoder(config: BertConfig, seq_len: int) -> keras.Model:
+    """A fresh encoder with a pooler, laid out (and named) as `encoder_from` gives it: what
+    fine-tuning loads a checkpoint's encoder weights into, whatever objective trained them."""
+    return _encoder_model(encoder_layers(config), seq_len, None)
+
+
+# The encoder's single layers by name (the blocks are `transformer_0`, `transformer_1`, ...).
+ENCODER_LAYERS = ("token_embedding", "segment_embedding", "position_embedding", "embedding_norm",
+                  "embedding_dropout", "embedding_projection", "final_norm")  # fmt: skip
+
+
+def _encoder_model(layers: dict, seq_len: int, pooler) -> keras.Model:
     inputs = encoder_inputs(seq_len)
-    sequence = _encode(layers, inputs)
-    if "pooler" in names:
-        pooler = model.get_layer("pooler")
-    else:
+    sequence = encode(layers, inputs)
+    if pooler is None:
         width = sequence.shape[-1]
         init = keras.initializers.TruncatedNormal(stddev=0.02, seed=0)
         pooler = keras.layers.Dense(width, activation="tanh", kernel_initializer=init, name="pooler")
@@ -354,9 +395,10 @@ def weights_by_path(model: keras.Model) -> dict[str, keras.Variable]:
     return {w.path: w for w in model.weights}
 
 
-def count_blocks(names: set[str]) -> int:
-    """Transformer blocks in a model, from its layer names (transformer_0, transformer_1, ...)."""
+def count_blocks(names: set[str], prefix: str = "") -> int:
+    """Transformer blocks in a model, from its layer names (transformer_0, transformer_1, ...;
+    ELECTRA's generator: generator_transformer_0, ...)."""
     count = 0
-    while f"transformer_{count}" in names:
+    while f"{prefix}transformer_{count}" in names:
         count += 1
     return count

@@ -24,11 +24,19 @@ class BertConfig:
     hidden_act: str = (
         "gelu"  # "gelu": exact erf (Hugging Face); "gelu_approximate": tanh (google-research/bert)
     )
+    # E, the embeddings' width; None: hidden_size. When it differs, a dense layer projects the
+    # embeddings to H before the first block (ELECTRA-small's 128 -> 256), and the MLM head maps
+    # back to E for the output projection tied to the token embedding.
+    embedding_size: int | None = None
 
     def __post_init__(self):
         need(
             self.hidden_act in ("gelu", "gelu_approximate"),
             f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}",
+        )
+        need(
+            self.embedding_size is None or self.embedding_size >= 1,
+            f"embedding_size: expected >= 1 or null, found {self.embedding_size}",
         )
         for name in (
             "vocab_size",
@@ -43,6 +51,11 @@ class BertConfig:
             self.hidden_size % self.num_heads == 0,
             f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}",
         )
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the token, segment and position embeddings' width."""
+        return self.embedding_size or self.hidden_size
 
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:

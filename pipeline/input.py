@@ -3,10 +3,13 @@
     manifest = read_manifest("out/corpus")
     ds = make_dataset(manifest, "train", InputConfig(per_replica_batch_size=32, seed=1))
 
-Elements are `(features, labels, sample_weights)`:
+Elements are `(features, labels, sample_weights)`, by default a BERT's:
   features        input_ids, input_mask, segment_ids, document_ids (B, T); masked_lm_positions (B, P)
   labels          {"mlm": masked_lm_ids (B, P)}, plus {"nsp": next_sentence_labels (B, 1)} for pairs
   sample_weights  {"mlm": masked_lm_weights (B, P)}, plus {"nsp": ones (B,)}
+A model with other inputs or outputs names them (`InputConfig.features`, `.targets`): any of the
+records' features; targets from `TARGETS` (ELECTRA's "rtd": the original row, weighted by
+input_mask).
 Every shape is fully defined: TPUs (and XLA generally) compile one program per shape.
 """
 
@@ -101,11 +104,18 @@ class InputConfig:
     dynamic_masking: DynamicMasking | None = None  # a fresh mask per read (RoBERTa), else the stored one
     shuffle_window: int = 10_000  # training: records permuted together (`_seekable_records`)
     cycle_length: int = 8  # evaluation: shards read at once
+    # The model's input names (None: FEATURE_INPUTS) and output names (None: mlm, and nsp for pairs).
+    features: tuple[str, ...] | None = None
+    targets: tuple[str, ...] | None = None
 
     def __post_init__(self):
         for name in ("per_replica_batch_size", "shuffle_window", "cycle_length"):
             value = getattr(self, name)
             need(value >= 1, f"InputConfig.{name}: expected >= 1, found {value}", InputError)
+        unknown = sorted(set(self.targets or ()) - set(TARGETS))
+        need(
+            not unknown, f"InputConfig.targets: no labels for {unknown}; known: {sorted(TARGETS)}", InputError
+        )
 
 
 def shard_files(
@@ -224,9 +234,16 @@ def make_dataset(
         )
     if on_batch is not None:
         ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
-    pairs = first.pairs
+    features = config.features or FEATURE_INPUTS
+    targets = config.targets or (("mlm", "nsp") if first.pairs else ("mlm",))
+    missing = sorted(set(features) - set(spec))
+    if missing or ("nsp" in targets and not first.pairs):
+        found = missing or ["nsp (a corpus without sentence pairs)"]
+        raise InputError(f"{first.path}: the model reads {', '.join(found)}, which its records do not hold")
     ds = ds.map(
-        lambda step, batch: _to_keras(batch, pairs), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        lambda step, batch: _to_keras(batch, features, targets),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
 
@@ -360,14 +377,25 @@ def _parse(records, spec):
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
 
 
-def _to_keras(batch, pairs: bool):
-    features = {name: batch[name] for name in FEATURE_INPUTS}
-    labels = {"mlm": batch["masked_lm_ids"]}
-    weights = {"mlm": batch["masked_lm_weights"]}
-    if pairs:
-        labels["nsp"] = batch["next_sentence_labels"]
-        weights["nsp"] = tf.ones(tf.shape(batch["next_sentence_labels"])[:1], tf.float32)
-    return features, labels, weights
+# A model output's (label, sample weight) from a parsed batch.
+TARGETS = {
+    "mlm": lambda batch: (batch["masked_lm_ids"], batch["masked_lm_weights"]),
+    "nsp": lambda batch: (
+        batch["next_sentence_labels"],
+        tf.ones(tf.shape(batch["next_sentence_labels"])[:1], tf.float32),
+    ),
+    # ELECTRA's replaced-token detection: the original row; [PAD] is never scored.
+    "rtd": lambda batch: (unmask(batch), tf.cast(batch["input_mask"], tf.float32)),
+}
+
+
+def _to_keras(batch, features: Sequence[str], targets: Sequence[str]):
+    pairs = {name: TARGETS[name](batch) for name in targets}
+    return (
+        {name: batch[name] for name in features},
+        {name: label for name, (label, _) in pairs.items()},
+        {name: weight for name, (_, weight) in pairs.items()},
+    )
 
 
 def unmask(batch) -> tf.Tensor:

@@ -94,3 +94,31 @@ def test_a_user_error_is_found_behind_a_wrapper_and_beams_stage_is_dropped():
         found = user_error(e)
     assert one_line(found) == "in.txt: looks binary"
     assert user_error(RuntimeError("no user error here")) is None
+
+
+def test_verbose_is_taken_and_dropped_from_the_values():
+    parser = Parser(prog="tiny", verbose_flag=True)
+    add_arguments(parser, Tiny)
+    assert Tiny(**vars(parser.parse_args(["--verbose", "--steps", "3"]))) == Tiny(steps=3)
+    assert "--verbose" in parser.format_help()
+    with pytest.raises(ConfigError, match="unrecognized arguments: --verbose"):
+        parse("--verbose")  # only where the command takes it
+
+
+@pytest.mark.slow  # four fresh processes, each importing TensorFlow
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "export", "evaluate"])
+def test_every_launch_command_starts_quiet_and_verbose_brings_the_lines_back(command):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    quiet = subprocess.run([sys.executable, "-m", f"launch.{command}", "--help"], cwd=repo,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stdout.startswith(f"usage: python -m launch.{command}")
+    assert quiet.stderr == ""
+    if command == "finetune":  # the one whose noise came twice: the lines are held, not gone
+        verbose = subprocess.run([sys.executable, "-m", "launch.finetune", "--help", "--verbose"], cwd=repo,
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert verbose.returncode == 0 and verbose.stdout.startswith("usage:")
+        assert "absl::InitializeLog" in verbose.stderr or "cuda" in verbose.stderr.lower()

@@ -1,0 +1,41 @@
+"""The pretraining model of a run, built one way by everything that builds it (training, export,
+evaluation): `--objective`'s model (model/pretraining.py) for a corpus's shapes and vocab, and the
+input and output names its data must carry.
+
+    model = pretraining_model(config.pretraining_objective, bert, manifest, seed=config.seed)
+    make_dataset(manifest, "train", InputConfig(32, **model_io(model)))
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from model.config import BertConfig
+from model.pretraining import Objective
+from pipeline.masking import MaskingTables
+from pipeline.schema import Manifest
+from pipeline.vocab import VocabFile
+
+
+def pretraining_model(objective: Objective, bert: BertConfig, manifest: Manifest, *,
+                      next_sentence: bool | None = None, seed: int | None = None) -> keras.Model:  # fmt: skip
+    """`objective`'s model for `manifest`'s seq_len and max_predictions (an NSP/SOP head when the
+    corpus has pairs, unless `next_sentence` says otherwise). The vocab's [MASK] id and its
+    specials ([PAD], [CLS], [SEP], [UNK], control and unused slots: never a sample) come from the
+    corpus's own vocab file."""
+    tables = MaskingTables.from_vocab(VocabFile.of_corpus(manifest).load())
+    return objective.build(
+        bert,
+        manifest.seq_len,
+        manifest.max_predictions,
+        next_sentence=manifest.pairs if next_sentence is None else next_sentence,
+        mask_id=tables.mask_id,
+        excluded_ids=np.flatnonzero(tables.is_special).tolist(),
+        seed=seed,
+    )
+
+
+def model_io(model: keras.Model) -> dict:
+    """InputConfig's `features` and `targets` for `model`: its input and output names."""
+    return {"features": tuple(model.input), "targets": tuple(model.output)}
