@@ -94,6 +94,7 @@ def corpora(mixture_corpora, python_docs, botchan_vocab):
     return mixture_corpora
 
 
+@pytest.mark.slow
 def test_rates_come_from_weights_or_sizes(corpora):
     docs, more = str(corpora / "docs"), str(corpora / "more")
     weighted = resolve(parse_sources(f"docs={docs}:3,more={more}:1"), 33)
@@ -110,6 +111,7 @@ def test_rates_come_from_weights_or_sizes(corpora):
     assert described["more"]["records"] == records[1]
 
 
+@pytest.mark.slow
 def test_a_corpus_that_does_not_fit_the_others_is_named(corpora, small_corpus):
     docs = corpora / "docs"
     for data, seq_len, message in [
@@ -133,6 +135,7 @@ def test_a_corpus_that_does_not_fit_the_others_is_named(corpora, small_corpus):
             resolve(parse_sources(data), seq_len)
 
 
+@pytest.mark.slow
 def test_dynamic_masking_needs_one_rule_for_the_mixture(corpora, tmp_path):
     from launch.config import TrainConfig
     from launch.train import TrainError, prepare

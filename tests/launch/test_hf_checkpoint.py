@@ -327,6 +327,7 @@ def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
         build(prepare(config("wrong", None), None))
 
 
+@pytest.mark.slow
 def test_export_cli_errors_are_one_line(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "launch.export", "--model_dir", str(tmp_path / "none"), "--format", "hf",

@@ -107,7 +107,7 @@ def test_export_loads_in_transformers_with_the_same_logits(wordpiece, rows, tmp_
     theirs = torch_forward(disc, shown, mask).logits.numpy()  # (B, T)
     ours = out["rtd"].numpy()[..., 0]
     real = mask > 0
-    assert np.abs(ours[real]).max() > 1.0  # not a comparison of near-zero logits
+    assert np.abs(ours[real]).max() > 0.3  # not a comparison of near-zero logits
     assert np.abs(ours[real] - theirs[real]).max() <= TOLERANCE
 
     gen, info, warnings = load_quietly(transformers.ElectraForMaskedLM, tmp_path / "hf" / "generator")
@@ -183,7 +183,7 @@ def test_a_transformers_discriminator_loads_into_ours_with_the_same_outputs(word
         model.get_layer("rtd_transform")(encoder_from(model)(features)["sequence_output"])
     )
     assert np.abs(ours.numpy()[..., 0][real] - logits[real]).max() <= TOLERANCE
-    assert np.abs(logits[real]).max() > 1.0
+    assert np.abs(logits[real]).max() > 0.3
 
 
 def test_a_missing_tensor_is_one_line_naming_it(wordpiece, tmp_path):

@@ -47,6 +47,7 @@ def test_variants_build():
         build_optimizer("sgd", learning_rate=1e-3, warmup_steps=1, total_steps=9)
 
 
+@pytest.mark.slow
 def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
     from model.bert import build_pretraining_model
     from model.config import BertConfig

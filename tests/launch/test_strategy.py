@@ -36,6 +36,7 @@ def test_missing_hardware_is_a_one_line_error(monkeypatch):
         choose_strategy("quantum")
 
 
+@pytest.mark.slow
 def test_multi_worker_from_tf_config_in_a_fresh_process():
     import socket
 

@@ -195,6 +195,7 @@ def test_the_encoder_is_the_discriminator():
     assert encoder(features)["sequence_output"].shape == (B, T, 12)
 
 
+@pytest.mark.slow
 def test_it_trains_under_xla_and_both_losses_fall():
     keras.utils.set_random_seed(0)
     model = build()

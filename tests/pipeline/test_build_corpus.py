@@ -42,6 +42,7 @@ def docs_corpus(docs_input, tmp_path_factory) -> Path:
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_manifest_records_build_vocab_and_counts(docs_corpus):
     manifest = json.loads((docs_corpus / "manifest.json").read_text())
     assert manifest["schema_version"] == 2
@@ -69,6 +70,7 @@ def test_manifest_records_build_vocab_and_counts(docs_corpus):
     )
 
 
+@pytest.mark.slow
 def test_every_record_parses_with_static_shapes(docs_corpus):
     manifest = json.loads((docs_corpus / "manifest.json").read_text())
     for split in ("train", "validation"):
@@ -81,6 +83,7 @@ def test_every_record_parses_with_static_shapes(docs_corpus):
     assert {f.name for f in features()} == set(rows)
 
 
+@pytest.mark.slow
 def test_masking_rules_hold_on_real_text(docs_corpus):
     rows = read_records(docs_corpus, "train")
     special = [0, 1, 2, 3, 4]
@@ -105,6 +108,7 @@ def test_masking_rules_hold_on_real_text(docs_corpus):
     assert 1 - (shown == 4).mean() - kept == pytest.approx(0.1, abs=0.02)
 
 
+@pytest.mark.slow
 def test_unmasking_recovers_the_tokenized_documents(docs_corpus, docs_input):
     vocab = Vocab((docs_corpus / "vocab.model").read_bytes())
     files = sorted(Path(p) for p in glob.glob(docs_input))
@@ -145,6 +149,7 @@ def test_same_seed_same_bytes_for_1_or_2_workers_and_any_file_order(docs_corpus,
                 assert got[name] == reference[name], f"{other}/{name} differs"
 
 
+@pytest.mark.slow
 def test_another_seed_gives_other_masks(docs_input, tmp_path, docs_corpus):
     build(
         tmp_path / "seed",
@@ -169,6 +174,7 @@ def test_another_seed_gives_other_masks(docs_input, tmp_path, docs_corpus):
     assert not np.array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
 
 
+@pytest.mark.slow
 def test_segment_pair_nsp_with_whole_word_masking(python_docs, botchan_vocab, tmp_path):
     out = tmp_path / "nsp"
     manifest = build(
@@ -211,6 +217,7 @@ def test_segment_pair_nsp_with_whole_word_masking(python_docs, botchan_vocab, tm
             assert set(np.flatnonzero(words[r] == w).tolist()) <= chosen  # whole words only
 
 
+@pytest.mark.slow
 def test_segment_pair_sop_on_botchan(botchan, botchan_vocab, tmp_path):
     out = tmp_path / "sop"
     build(
@@ -236,6 +243,7 @@ def test_segment_pair_sop_on_botchan(botchan, botchan_vocab, tmp_path):
     assert len(labels) > 500 and 0.4 < labels.mean() < 0.6
 
 
+@pytest.mark.slow
 def test_jsonl_bz2_input(tmp_path, botchan_vocab):
     import bz2
 
@@ -325,6 +333,7 @@ def test_tfds_input(tmp_path, botchan_vocab, botchan):
     assert manifest["splits"]["train"]["instances"] > 0
 
 
+@pytest.mark.slow
 def test_dataflow_job_builds_with_our_labelled_stages():
     """Beam builds the whole Dataflow job without submitting it (no cloud account here)."""
     result = build_corpus.run(
@@ -483,6 +492,7 @@ def test_help_explains_every_flag():
     assert "--nsp" in text and "--sop" in text
 
 
+@pytest.mark.slow
 def test_rebuild_with_fewer_shards_leaves_no_stale_shard(tmp_path, botchan, botchan_vocab):
     common = [
         "--input",
@@ -553,6 +563,7 @@ def test_nothing_usable_in_the_input(tmp_path, botchan_vocab):
     ]
 
 
+@pytest.mark.slow
 def test_progress_counts_every_byte_document_and_instance(
     tmp_path, botchan, botchan_vocab, monkeypatch, caplog
 ):

@@ -154,6 +154,7 @@ def reference(zh_sample, zh_corpus) -> Reference:
     return Reference(documents, bert_encoder(zh_corpus / "vocab.txt"), jieba_segmenter())
 
 
+@pytest.mark.slow
 def test_manifest_records_the_segmenter_and_the_trained_wordpiece_vocab(zh_corpus):
     import jieba
 
@@ -175,6 +176,7 @@ def test_manifest_records_the_segmenter_and_the_trained_wordpiece_vocab(zh_corpu
     assert {"的", "我", "书"} <= set(lines)  # Chinese characters are tokens of their own
 
 
+@pytest.mark.slow
 def test_masked_units_are_whole_jieba_words(zh_corpus, reference):
     for split in ("train", "validation"):
         rows = read_records(zh_corpus, split)
@@ -183,6 +185,7 @@ def test_masked_units_are_whole_jieba_words(zh_corpus, reference):
         assert checked > 1000 and multi > (100 if split == "train" else 5), (split, checked, multi)
 
 
+@pytest.mark.slow
 def test_the_stored_word_starts_are_the_units_and_rows_start_units(zh_corpus):
     rows = read_records(zh_corpus)
     starts, tokens = rows["word_starts"].astype(bool), unmasked(rows)
@@ -197,6 +200,7 @@ def test_the_stored_word_starts_are_the_units_and_rows_start_units(zh_corpus):
     assert 0.2 < share < 0.6, share
 
 
+@pytest.mark.slow
 def test_masking_rate_and_80_10_10_on_chinese(zh_corpus):
     rows = read_records(zh_corpus)
     tokens, selected = unmasked(rows), selected_of(rows)
@@ -212,6 +216,7 @@ def test_masking_rate_and_80_10_10_on_chinese(zh_corpus):
     assert 0.07 < (masked_to == original).sum() / n < 0.13
 
 
+@pytest.mark.slow
 def test_dynamic_masking_in_tf_data_keeps_the_same_units(zh_corpus, reference):
     manifest = read_manifest(str(zh_corpus))
     masking = DynamicMasking.for_corpus(manifest)
@@ -243,6 +248,7 @@ def test_dynamic_masking_in_tf_data_keeps_the_same_units(zh_corpus, reference):
     assert changed > 0.9 * rows_seen  # fresh masks, not the stored ones
 
 
+@pytest.mark.slow
 def test_googles_reader_parses_segmented_shards(zh_corpus):
     manifest = read_manifest(str(zh_corpus))
     theirs = list(run_pretraining_input(manifest.files("validation"), SEQ_LEN, MAX_PRED, batch_size=4))
@@ -262,6 +268,7 @@ def test_same_bytes_with_1_and_2_workers(zh_sample, zh_corpus, tmp_path):
         assert p.read_bytes() == reference[p.name], f"{p.name} differs with 2 workers"
 
 
+@pytest.mark.slow
 def test_a_module_function_segmenter_is_used_as_given(zh_sample, zh_corpus, tmp_path):
     out = tmp_path / "pairs"
     name = "tests.pipeline.segmenters:pairs"
@@ -287,6 +294,7 @@ def test_a_module_function_segmenter_is_used_as_given(zh_sample, zh_corpus, tmp_
         check_rows(rows, by_jieba)
 
 
+@pytest.mark.slow
 def test_a_user_dictionary_makes_its_words_units(zh_sample, zh_corpus, tmp_path):
     """jieba alone cuts 杜拉拉 (the heroine of a novel many reviews discuss) as 杜 | 拉拉, or
     with the character before it; with the user dictionary it is one word, so one unit."""
@@ -364,6 +372,7 @@ def test_segmenter_errors_are_one_line_before_the_pipeline_starts(zh_sample, tmp
         assert not out.exists()
 
 
+@pytest.mark.slow
 def test_with_a_sentencepiece_vocab_pieces_across_words_join_them(zh_sample, tmp_path):
     """sentencepiece learns pieces such as 这本书 or 的心 that cross jieba's words: such a piece
     joins the words it touches into one unit, and units stay unions of whole words."""
@@ -378,6 +387,7 @@ def test_with_a_sentencepiece_vocab_pieces_across_words_join_them(zh_sample, tmp
     assert located > 0.95 and checked > 1000 and multi > 100
 
 
+@pytest.mark.slow
 def test_hf_export_tokenizer_and_googles_tokenizer_give_the_shards_ids(
     zh_sample, zh_corpus, botchan, tmp_path
 ):
@@ -419,6 +429,7 @@ def test_hf_export_tokenizer_and_googles_tokenizer_give_the_shards_ids(
         assert_covers(pieces_of(read_records(zh_corpus, split)), by_split[split], dupes)
 
 
+@pytest.mark.slow
 def test_segment_pairs_keep_whole_words(zh_sample, zh_corpus, tmp_path):
     """A/B pairs cut and swap segments (truncation trims either end): units still follow jieba's
     words inside each segment."""

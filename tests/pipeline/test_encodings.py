@@ -87,6 +87,7 @@ def test_a_long_line_in_another_encoding_is_cut_and_counted():
     assert stats["repaired/long_line_split"] == 3
 
 
+@pytest.mark.slow
 def test_the_manifest_counts_files_by_encoding(chinese, tmp_path):
     """Five encodings of the same text and a UTF-8 copy: one set of documents, five duplicates each."""
     folder = tmp_path / "in"

@@ -88,6 +88,7 @@ def records_of(ds) -> list[bytes]:
     return rows
 
 
+@pytest.mark.slow
 def test_a_resumed_stream_seeks_to_exactly_the_uninterrupted_batches(small_corpus):
     """Seeking (no replay) gives the batches an uninterrupted stream gives from there: inside a
     shuffle window, at a window's or an epoch's edge, epochs later, and per input pipeline."""
@@ -105,6 +106,7 @@ def test_a_resumed_stream_seeks_to_exactly_the_uninterrupted_batches(small_corpu
             assert stream(skip, 4) == reference[skip * 7 : skip * 7 + 28], (context, skip)
 
 
+@pytest.mark.slow
 def test_each_epoch_reads_every_record_once_in_a_new_order_even_far_away(small_corpus):
     manifest = read_manifest(str(small_corpus))
     everything = records_of(make_dataset(manifest, "train", InputConfig(1, training=False)))
@@ -117,6 +119,7 @@ def test_each_epoch_reads_every_record_once_in_a_new_order_even_far_away(small_c
     assert epochs[0] != epochs[1] != far and epochs[0] != everything
 
 
+@pytest.mark.slow
 def test_a_mixture_seeks_each_corpus_and_its_choices(small_corpus):
     """Choices come in blocks with fixed quotas: a seek across a block's edge equals the replay,
     and the counts per corpus are the rates' to within one record per corpus at any point."""

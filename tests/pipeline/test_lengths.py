@@ -64,6 +64,7 @@ def two_lengths(python_docs, botchan_vocab, tmp_path_factory):
     return root / "both", root / "alone", alone
 
 
+@pytest.mark.slow
 def test_each_length_is_a_complete_corpus_over_the_same_documents(two_lengths):
     both, alone_folder, alone = two_lengths
     assert corpus_lengths(str(both)) == [33, 61]
@@ -91,6 +92,7 @@ def test_each_length_is_a_complete_corpus_over_the_same_documents(two_lengths):
         read_manifest(str(both))
 
 
+@pytest.mark.slow
 def test_a_higher_masking_rate_masks_that_share(two_lengths):
     both, _, _ = two_lengths
     for n in (33, 61):
@@ -104,6 +106,7 @@ def test_a_higher_masking_rate_masks_that_share(two_lengths):
         assert 0.28 < masked.sum() / candidates.sum() < 0.31
 
 
+@pytest.mark.slow
 def test_dynamic_masking_draws_its_own_rate(two_lengths):
     from pipeline.input import DynamicMasking, InputConfig, InputError, make_dataset
 

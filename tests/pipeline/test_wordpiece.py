@@ -178,6 +178,7 @@ def _cli_error(argv):
     return done.returncode, done.stderr.strip().splitlines()[-1]  # the line after the config log
 
 
+@pytest.mark.slow
 def test_corpus_with_wordpiece_vocab_whole_word_masking(python_docs, botchan_wordpiece, tmp_path):
     files = sorted((python_docs / "library").glob("b*.rst.txt"))
     out = tmp_path / "wp"
@@ -233,6 +234,7 @@ def test_corpus_with_wordpiece_vocab_whole_word_masking(python_docs, botchan_wor
     assert multi > 50
 
 
+@pytest.mark.slow
 def test_reader_dynamic_masking_with_a_wordpiece_corpus(botchan, botchan_wordpiece, tmp_path):
     from pipeline.input import DynamicMasking, InputConfig, make_dataset
     from pipeline.schema import read_manifest

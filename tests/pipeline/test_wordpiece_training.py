@@ -34,6 +34,7 @@ def mixed_sentences(zh_sample, botchan, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_same_sentences_same_bytes_in_every_process(mixed_sentences):
     runs = [
         subprocess.run([sys.executable, "-c", TRAIN, str(mixed_sentences)], cwd=REPO, capture_output=True,
