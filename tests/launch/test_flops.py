@@ -6,6 +6,7 @@ import pytest
 from launch.flops import peak_tflops_for, training_flops_per_example
 from model.bert import build_pretraining_model
 from model.config import BertConfig
+from model.pretraining import Objective
 
 
 def test_training_flops_match_the_models_own_matmuls():
@@ -33,3 +34,27 @@ def test_training_flops_match_the_models_own_matmuls():
 )  # fmt: skip
 def test_peaks_of_known_devices(kind, peak):
     assert peak_tflops_for(kind) == peak
+
+
+def test_electra_flops_count_both_networks_and_the_discriminator_on_every_token():
+    config = BertConfig(vocab_size=37, hidden_size=12, num_layers=3, num_heads=3, intermediate_size=29,
+                        max_position=16)  # fmt: skip
+    objective = Objective("electra", generator_size=1 / 3)
+    t, p = 11, 4
+    model = objective.build(config, t, p, mask_id=4, excluded_ids=(0, 1, 2, 3, 4))
+
+    def kernels(*prefixes: str) -> int:
+        return sum(
+            int(np.prod(w.shape)) for w in model.weights if w.path.startswith(prefixes) and "kernel" in w.path
+        )
+
+    generator_hidden = model.get_layer("generator_transformer_0").hidden_size
+    attention = 3 * 2 * 2 * t * t * (config.hidden_size + generator_hidden)  # both networks' scores, context
+    vocab = int(np.prod(model.get_layer("token_embedding").embeddings.shape))
+    forward = (
+        2 * t * kernels("transformer_", "rtd_", "generator_transformer_", "generator_embedding_projection")
+        + attention
+        + 2 * p * (kernels("generator_mlm_transform") + vocab)
+    )
+    assert training_flops_per_example(config, t, p, objective) == 3 * forward
+    assert training_flops_per_example(config, t, p, objective) > training_flops_per_example(config, t, p)

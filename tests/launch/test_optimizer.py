@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from launch.optimizer import WarmupLinearDecay, build_optimizer
+from launch.optimizer import LayerwiseAdamW, WarmupLinearDecay, build_optimizer, layer_decay_multipliers
 
 
 def test_warmup_then_linear_decay():
@@ -90,3 +90,34 @@ def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
     no_accumulation = train(halves, 1)  # two full steps instead: clearly different
     two_steps = np.concatenate([(b - w).ravel() for b, w in zip(no_accumulation, weights, strict=True)])
     assert np.linalg.norm(full_update - two_steps) / np.linalg.norm(full_update) > 0.3
+
+
+def test_layer_decay_gives_each_layer_its_rate_from_the_head_down():
+    factors = layer_decay_multipliers(
+        ["token_embedding", "embedding_projection", "transformer_0", "transformer_1", "transformer_2",
+         "pooler", "classifier"], num_layers=3, decay=0.5,
+    )  # fmt: skip
+    assert factors == {
+        "token_embedding": 0.0625, "embedding_projection": 0.0625, "transformer_0": 0.125,
+        "transformer_1": 0.25, "transformer_2": 0.5, "pooler": 1.0, "classifier": 1.0,
+    }  # fmt: skip
+
+
+def test_layerwise_adamw_scales_each_layers_first_step():
+    """Adam's first step is lr x sign(gradient) (m / sqrt(v) = g / |g|), so each layer's move is
+    exactly its rate: a multiplier that went missing or to the wrong layer shows."""
+    inputs = keras.Input((4,))
+    x = keras.layers.Dense(3, name="low")(inputs)
+    x = keras.layers.Dense(2, name="high")(x)
+    model = keras.Model(inputs, x)
+    optimizer = build_optimizer("adamw", learning_rate=0.1, warmup_steps=0, total_steps=100,
+                                weight_decay=0.0, clipnorm=None, lr_multipliers={"low": 0.25})  # fmt: skip
+    assert isinstance(optimizer, LayerwiseAdamW)
+    before = {v.path: v.numpy().copy() for v in model.trainable_variables}
+    optimizer.apply_gradients([(np.ones(v.shape, "float32"), v) for v in model.trainable_variables])
+    for v in model.trainable_variables:
+        step = before[v.path] - v.numpy()
+        np.testing.assert_allclose(step, 0.1 * (0.25 if v.path.startswith("low/") else 1.0), rtol=1e-4)
+    assert LayerwiseAdamW.from_config(optimizer.get_config()).lr_multipliers == {"low": 0.25}
+    with pytest.raises(ValueError, match="per-layer learning rates are built for adamw"):
+        build_optimizer("lamb", learning_rate=1e-3, warmup_steps=1, total_steps=9, lr_multipliers={"a": 0.5})

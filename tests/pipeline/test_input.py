@@ -37,6 +37,28 @@ def test_element_spec_is_static_and_keyed_by_model_inputs(small_corpus):
     assert labels["mlm"].shape == (7, 5) and weights["mlm"].dtype == tf.float32
 
 
+def test_a_model_names_its_features_and_targets(small_corpus):
+    """ELECTRA's model reads the masked positions' ids and weights too, and its "rtd" target is the
+    original row (the stored masks undone: the numpy oracle), weighted by input_mask."""
+    from tests.conftest import unmasked
+
+    features = ("input_ids", "input_mask", "segment_ids", "document_ids", "masked_lm_positions",
+                "masked_lm_ids", "masked_lm_weights")  # fmt: skip
+    x, y, w = next(iter(dataset(small_corpus, "validation", training=False, features=features,
+                                targets=("mlm", "rtd"))))  # fmt: skip
+    assert tuple(x) == features and set(y) == set(w) == {"mlm", "rtd"}
+    rows = {name: x[name].numpy() for name in ("input_ids", "masked_lm_positions")}
+    rows.update(masked_lm_ids=y["mlm"].numpy(), masked_lm_weights=w["mlm"].numpy())
+    np.testing.assert_array_equal(y["rtd"].numpy(), unmasked(rows))
+    np.testing.assert_array_equal(w["rtd"].numpy(), x["input_mask"].numpy().astype(np.float32))
+    with pytest.raises(InputError, match=r"no labels for \['sop'\]"):
+        InputConfig(7, targets=("mlm", "sop"))
+    with pytest.raises(InputError, match="the model reads word_starts, which its records do not hold"):
+        dataset(small_corpus, features=("input_ids", "word_starts"))
+    with pytest.raises(InputError, match="nsp .a corpus without sentence pairs."):
+        dataset(small_corpus, targets=("mlm", "nsp"))
+
+
 def test_the_split_is_the_manifests_shards_and_an_empty_one_is_named(small_corpus, tmp_path):
     corpus = copy_of(small_corpus, tmp_path / "corpus")
     # A stray file that matches the split's name pattern but is not in the manifest: never read.
