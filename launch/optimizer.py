@@ -133,7 +133,8 @@ def build_optimizer(
     )
     common = {
         "learning_rate": schedule,
-        "weight_decay": weight_decay or None,
+        # AdamW refuses None (keras 3 raises "must be a float"); 0.0 decays nothing.
+        "weight_decay": float(weight_decay),
         "clipnorm": clipnorm or None,
         "gradient_accumulation_steps": grad_accum_steps if grad_accum_steps > 1 else None,
         "epsilon": 1e-6,

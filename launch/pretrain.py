@@ -35,17 +35,26 @@ def _pretrain(argv: list[str] | None) -> None:
 
 
 def print_progress(model_dir: str, summary: dict) -> None:
-    """What the run learned: masked-LM accuracy at the first log line and in the final evaluation."""
+    """What the run learned: masked-LM accuracy (and ELECTRA's discriminator accuracy) at the first
+    log line and in the final evaluation."""
     from launch.logs import read_history
     from launch.run_dir import RunDir
 
     rows = read_history(RunDir(model_dir))
-    final = summary.get("eval", {}).get("mlm_accuracy")
-    if rows and final is not None:
-        first = rows[0]
+    final = summary.get("eval", {})
+    if not rows or final.get("mlm_accuracy") is None:
+        return
+    first = rows[0]
+    generator = "generator's " if "rtd_accuracy" in final else ""
+    print(
+        f"{generator}masked-LM accuracy: {first['mlm_accuracy']:.3f} over steps 1-{first['step']} -> "
+        f"{final['mlm_accuracy']:.3f} on the validation split at step {summary['step']}"
+    )
+    if "rtd_accuracy" in final:
         print(
-            f"masked-LM accuracy: {first['mlm_accuracy']:.3f} over steps 1-{first['step']} -> "
-            f"{final:.3f} on the validation split at step {summary['step']}"
+            f"replaced-token detection: accuracy {first['rtd_accuracy']:.3f} -> {final['rtd_accuracy']:.3f}, "
+            f"recall on replaced tokens {first['rtd_recall']:.3f} -> {final['rtd_recall']:.3f} "
+            f"({final['replaced_fraction']:.1%} of tokens replaced)"
         )
 
 
