@@ -21,16 +21,15 @@ from pipeline.vocab import VocabFile
 def pretraining_model(objective: Objective, bert: BertConfig, manifest: Manifest, *,
                       next_sentence: bool | None = None, seed: int | None = None) -> keras.Model:  # fmt: skip
     """`objective`'s model for `manifest`'s seq_len and max_predictions (an NSP/SOP head when the
-    corpus has pairs, unless `next_sentence` says otherwise). The vocab's [MASK] id and its
-    specials ([PAD], [CLS], [SEP], [UNK], control and unused slots: never a sample) come from the
-    corpus's own vocab file."""
+    corpus has pairs, unless `next_sentence` says otherwise). The vocab's specials ([PAD], [CLS],
+    [SEP], [MASK], [UNK], control and unused slots: never a sample) come from the corpus's own
+    vocab file."""
     tables = MaskingTables.from_vocab(VocabFile.of_corpus(manifest).load())
     return objective.build(
         bert,
         manifest.seq_len,
         manifest.max_predictions,
         next_sentence=manifest.pairs if next_sentence is None else next_sentence,
-        mask_id=tables.mask_id,
         excluded_ids=np.flatnonzero(tables.is_special).tolist(),
         seed=seed,
     )

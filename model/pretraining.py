@@ -2,7 +2,7 @@
 and how it is compiled. The one place that branches on the objective.
 
     objective = Objective("electra", generator_size=0.25)
-    model = objective.build(config, seq_len=128, max_predictions=20, mask_id=4, excluded_ids=(0, 1, 2, 3, 4))
+    model = objective.build(config, seq_len=128, max_predictions=20, excluded_ids=(0, 1, 2, 3, 4))
     objective.compile(model, keras.optimizers.AdamW(1e-4), jit_compile=True)
 
 mlm      BERT's masked LM (model/bert.py), with an NSP/SOP head on pair corpora
@@ -40,13 +40,12 @@ class Objective:
         need(self.rtd_weight > 0, f"--rtd_weight: expected > 0, found {self.rtd_weight}")
 
     def build(self, config: BertConfig, seq_len: int, max_predictions: int, *, next_sentence: bool = False,
-              mask_id: int = 0, excluded_ids: Sequence[int] = (),
+              excluded_ids: Sequence[int] = (),
               seed: int | None = None) -> keras.Model:  # fmt: skip
-        """The pretraining model. ELECTRA needs the vocab's [MASK] id and the ids its generator
-        must never sample; it has no NSP/SOP head (pair corpora train it on their rows alone)."""
+        """The pretraining model. ELECTRA needs the ids its generator must never sample; it has no NSP/SOP head (pair corpora train it on their rows alone)."""
         if self.name == "electra":
             return build_electra_model(
-                config, seq_len, max_predictions, mask_id=mask_id, excluded_ids=excluded_ids,
+                config, seq_len, max_predictions, excluded_ids=excluded_ids,
                 generator_size=self.generator_size, seed=seed,
             )  # fmt: skip
         return build_pretraining_model(config, seq_len, max_predictions, next_sentence)

@@ -41,7 +41,7 @@ def test_electra_flops_count_both_networks_and_the_discriminator_on_every_token(
                         max_position=16)  # fmt: skip
     objective = Objective("electra", generator_size=1 / 3)
     t, p = 11, 4
-    model = objective.build(config, t, p, mask_id=4, excluded_ids=(0, 1, 2, 3, 4))
+    model = objective.build(config, t, p, excluded_ids=(0, 1, 2, 3, 4))
 
     def kernels(*prefixes: str) -> int:
         return sum(

@@ -85,8 +85,7 @@ def electra_model(vocab: VocabFile, embedding_size=None, seed=0):
     bert = BertConfig(vocab.load().size, hidden_size=H, num_layers=LAYERS, num_heads=HEADS,
                       intermediate_size=INNER, max_position=MAXPOS,
                       embedding_size=embedding_size)  # fmt: skip
-    model = ELECTRA.build(bert, T, P, mask_id=tables.mask_id,
-                          excluded_ids=np.flatnonzero(tables.is_special).tolist(), seed=seed)  # fmt: skip
+    model = ELECTRA.build(bert, T, P, excluded_ids=np.flatnonzero(tables.is_special).tolist(), seed=seed)
     return bert, model
 
 

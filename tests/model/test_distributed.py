@@ -72,8 +72,7 @@ assert all(np.isfinite(losses)) and losses[-1] < losses[0]
 from model.pretraining import Objective
 objective = Objective("electra", generator_size=1 / 3)
 with strategy.scope():
-    electra = objective.build(config, 32, 5, mask_id=manifest.vocab.special_ids["mask"],
-                              excluded_ids=sorted(manifest.vocab.special_ids.values()), seed=0)
+    electra = objective.build(config, 32, 5, excluded_ids=sorted(manifest.vocab.special_ids.values()), seed=0)
     objective.compile(electra, keras.optimizers.AdamW(1e-3), jit_compile=False)
 io = {"features": tuple(electra.input), "targets": tuple(electra.output)}
 def electra_fn(ctx):
