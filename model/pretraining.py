@@ -42,7 +42,8 @@ class Objective:
     def build(self, config: BertConfig, seq_len: int, max_predictions: int, *, next_sentence: bool = False,
               excluded_ids: Sequence[int] = (),
               seed: int | None = None) -> keras.Model:  # fmt: skip
-        """The pretraining model. ELECTRA needs the ids its generator must never sample; it has no NSP/SOP head (pair corpora train it on their rows alone)."""
+        """The pretraining model. ELECTRA needs the ids its generator must never sample; it has
+        no NSP/SOP head (pair corpora train it on their rows alone)."""
         if self.name == "electra":
             return build_electra_model(
                 config, seq_len, max_predictions, excluded_ids=excluded_ids,

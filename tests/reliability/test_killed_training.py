@@ -294,12 +294,12 @@ def test_sigkills_in_a_mixture_and_inside_phase_2_change_nothing(mixture_command
     )
 
 
-ELECTRA_STEPS = 80
+ELECTRA_STEPS = 50  # one kill: the MLM cases above cover kills in a row and mid-checkpoint
 
 
 def test_a_sigkilled_electra_run_resumes_bit_exactly(command, tmp_path, report):
     """ELECTRA adds one more random state to the run: the generator's sampler. It is a model
-    variable, so the checkpoint holds it; killed twice, the run ends with the weights (both
+    variable, so the checkpoint holds it; killed once, the run ends with the weights (both
     networks), slots, samples' effects and history of an uninterrupted one."""
 
     def electra(model_dir: Path) -> list[str]:
@@ -312,7 +312,7 @@ def test_a_sigkilled_electra_run_resumes_bit_exactly(command, tmp_path, report):
     assert process.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
     reference_pid = process.pid
     seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
-    targets = sorted(random.Random(seed).sample(range(12, ELECTRA_STEPS - 15), 2))
+    targets = [random.Random(seed).randrange(12, ELECTRA_STEPS - 12)]
     resumed = tmp_path / "resumed"
     segments = kill_at_steps(electra, resumed, targets, tmp_path, seed)
     resumed_from = checkpointed_step(resumed)
@@ -333,7 +333,7 @@ def test_a_sigkilled_electra_run_resumes_bit_exactly(command, tmp_path, report):
     assert "rtd_loss" in history[-1]
     assert (resumed / "eval.json").read_text() == (reference / "eval.json").read_text()
     report(
-        "ELECTRA run SIGKILLed twice, resumed",
-        detail=f"seed {seed}; kills at steps {targets[0]} and {targets[1]}; both networks' weights, "
+        "ELECTRA run SIGKILLed, resumed",
+        detail=f"seed {seed}; killed at step {targets[0]}; both networks' weights, "
         f"slots, the sampler's state, history and eval bit-identical to an uninterrupted run",
     )
