@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-race clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-rtd-probe bench-race clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -161,6 +161,10 @@ bench-train: $(STAMP)
 # Hours on 2 cores, in cells: each writes bench/results/quality/CELL.json when done; a rerun skips those.
 bench-quality: $(STAMP)
 	$(BIN)/python bench/quality.py
+
+bench-rtd-probe: $(STAMP)
+	$(BIN)/python bench/rtd_probe.py $$(test -d out/quality/runs/en-electra-general/checkpoints && \
+		echo --model_dir out/quality/runs/en-electra-general)
 
 bench-race: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
