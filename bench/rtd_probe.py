@@ -121,20 +121,20 @@ def score_run(model_dir: str, data: str) -> dict:
     from launch.inputs import validation_dataset
     from launch.models import model_io, pretraining_model
     from launch.run_dir import RunDir
+    from model.losses import replaced_token_target
 
     run, manifest = RunDir(model_dir), read_manifest(data)
     model = pretraining_model(run.read_config().pretraining_objective, run.read_bert_config(), manifest,
-                              next_sentence=False)  # fmt: skip
+                              next_sentence=False, seed=0)  # fmt: skip
     path = run.latest_checkpoint()
     read_weights(model, path)
     batches = min(8, manifest.split("validation").instances // BATCH)
     replaced, kept = [], []
     for x, y, w in validation_dataset([manifest], BATCH, 0, [batches], **model_io(model)).take(batches):
-        rtd = model(x, training=False)["rtd"].numpy()
-        p = 1 / (1 + np.exp(-rtd[..., 0]))
-        real = w["rtd"].numpy() > 0
-        swapped = (rtd[..., 1].astype(np.int64) != y["rtd"].numpy()) & real
-        replaced.append(p[swapped])
+        logits, target = replaced_token_target(y["rtd"], model(x, training=False)["rtd"])  # the loss's own
+        p, real = keras.ops.convert_to_numpy(keras.ops.sigmoid(logits)), w["rtd"].numpy() > 0
+        swapped = keras.ops.convert_to_numpy(target) > 0
+        replaced.append(p[swapped & real])
         kept.append(p[real & ~swapped])
     replaced, kept = np.concatenate(replaced), np.concatenate(kept)
     return {
