@@ -4,7 +4,8 @@
     python -m pipeline.build_corpus ... --runner DataflowRunner --project P --region R \\
         --temp_location gs://B/tmp --setup_file ./setup.py
 
-This module is the pipeline's graph and its command line; the stages are `pipeline/transforms.py`:
+This module is the pipeline's graph and its command line; the stages are `pipeline/stages/`, a
+module each:
   ReadDocuments (keys) -> DeduplicateDocuments -> RereadDocuments -> [TrainVocab]
   -> TokenizeDocuments (spilled) -> PlanGroups -> CreateInstances -> WriteShards -> WriteManifest
 With several lengths (`--seq_len 128,512`) the graph branches after TokenizeDocuments: PlanGroups
@@ -29,6 +30,7 @@ import difflib
 import json
 import logging
 import sys
+from collections import Counter
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -40,18 +42,23 @@ from common.errors import ConfigError
 from pipeline import files, progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
 from pipeline.parts import remove_tmp, spill_dir
-from pipeline.transforms import (
+from pipeline.stages import (
+    CURATION_DIR,
     BadInputError,
     CreateInstances,
+    CurateDocuments,
     DeduplicateDocuments,
+    DropRemoved,
     PlanGroups,
     ReadDocuments,
     RereadDocuments,
+    SampleRemoved,
     SumCounters,
     TokenizeDocuments,
     TrainVocab,
     WriteManifest,
     WriteShards,
+    write_samples,
     write_vocab,
 )
 from pipeline.vocab import VocabError, VocabFile, kind_of
@@ -79,15 +86,35 @@ def build_pipeline(
     files = cfg.format != "tfds"
     read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=files)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=files)
+
+    def reread(docs, name: str):  # (key, pointer) -> (key, text), read again; tfds: texts already
+        if not files:
+            return docs
+        return (
+            docs
+            | f"ByFile{name}" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
+            | f"GroupByFile{name}" >> beam.GroupByKey()
+            | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg))
+        )
+
+    kept, curation_stats = unique.docs, []
+    if cfg.curating:  # keys, pointers and signatures pass the shuffles here, never text
+        curated = reread(unique.docs, "ForCuration") | "CurateDocuments" >> CurateDocuments(cfg)
+        removed, curation_stats = curated[0], [curated[1]]
+        kept = {"doc": unique.docs, "removed": removed} | "DropRemoved" >> DropRemoved()
+        if cfg.curation_samples:
+            curation_stats.append(
+                write_removed_samples(cfg, removed, unique.docs, reread, f"{spill_root(cfgs)}/{CURATION_DIR}")
+            )
     if files:  # (file, [(index, key), ...]) of the documents kept
         by_file = (
-            unique.docs
+            kept
             | "ByFile" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
             | "GroupByFile" >> beam.GroupByKey()
         )
 
     def documents(name: str):  # (key, text) of every document kept
-        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if files else unique.docs
+        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if files else kept
 
     if given_vocab is None:
         vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg)
@@ -106,7 +133,7 @@ def build_pipeline(
     tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocuments(cfg, segmenter, spill_to=spill_dir(spill_root(cfgs))), vocab_si
     ).with_outputs("stats", main="docs")
-    shared_stats = (read.stats, unique.stats, tokenized.stats)
+    shared_stats = (read.stats, unique.stats, *curation_stats, tokenized.stats)
 
     manifests = []
     for length_cfg in cfgs:
@@ -118,6 +145,24 @@ def build_pipeline(
             )
         )
     return manifests
+
+
+def write_removed_samples(cfg: CorpusConfig, removed, docs, reread, folder: str):
+    """A seeded sample of the removed documents per reason, with their texts (read again), into
+    `folder`; returns a stats PCollection (the files written), which the manifest waits for."""
+    sample = removed | "SampleRemoved" >> SampleRemoved(cfg.curation_samples, cfg.seed)
+    sampled_docs = (
+        {"sample": sample, "doc": docs}
+        | "JoinSampleDocs" >> beam.CoGroupByKey()
+        | "SampledDocs"
+        >> beam.FlatMap(lambda kg: [(kg[0], d) for d in kg[1]["doc"]] if kg[1]["sample"] else [])
+    )
+    texts = reread(sampled_docs, "ForSamples") | "CollectSampleTexts" >> beam.combiners.ToList()
+    return (
+        texts
+        | "WriteRemovedSamples" >> beam.Map(write_samples, beam.pvalue.AsList(sample), folder)
+        | "SamplesWritten" >> beam.Map(lambda paths: Counter({"curation/sample_files": len(paths)}))
+    )
 
 
 def spill_root(cfgs: list[CorpusConfig]) -> str:
@@ -164,6 +209,7 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
             remove_stale_manifest(cfg.output_dir.rsplit("/", 1)[0])
         for length_cfg in cfgs:
             remove_stale_manifest(length_cfg.output_dir)
+        files.remove_tree(f"{spill_root(cfgs)}/{CURATION_DIR}")  # an earlier build's samples
     p = beam.Pipeline(options=options)
     progress.reset()
     build_pipeline(p, cfgs, given_vocab, segmenter)

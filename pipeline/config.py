@@ -11,6 +11,7 @@ from typing import Literal
 
 from common.cli import field
 from common.errors import need
+from pipeline.minhash import MAX_SHINGLE_SIZE
 from pipeline.text import codec_name
 
 
@@ -123,6 +124,22 @@ class CorpusConfig:
     on_bad_file: Literal["fail", "skip"] = field(
         "fail", "a binary or unreadable file: stop with an error naming it, or skip it and count it"
     )
+    near_dedup_threshold: float = field(
+        0.0,
+        "near-duplicates: documents whose shingles' Jaccard similarity is at least this are one "
+        "cluster, and each cluster keeps one (MinHash LSH; FineWeb uses about 0.8); 0: off",
+    )
+    minhash_bands: int = field(14, "near-dedup: LSH bands (FineWeb's 14)")
+    minhash_rows: int = field(8, "near-dedup: MinHash values per band (FineWeb's 8)")
+    shingle_unit: Literal["words", "chars", "segmenter"] = field(
+        "words",
+        "near-dedup shingles are n-grams of: words (split at spaces), chars (scripts written without "
+        "spaces), or the --word_segmenter's words",
+    )
+    shingle_size: int = field(5, "near-dedup: units per shingle (FineWeb: 5 words)")
+    curation_samples: int = field(
+        20, "removed documents kept per reason in OUTPUT/curation/ (a seeded sample) for review"
+    )
     seed: int = field(12345, "every random choice derives from this and a content hash")
 
     def __post_init__(self):
@@ -202,6 +219,32 @@ class CorpusConfig:
             self.on_bad_file in ("fail", "skip"),
             f"--on_bad_file: expected fail|skip, found {self.on_bad_file}",
         )
+        need(
+            self.near_dedup_threshold == 0.0 or 0.0 < self.near_dedup_threshold < 1.0,
+            f"--near_dedup_threshold: expected 0 (off) or in (0, 1), found {self.near_dedup_threshold}",
+        )
+        need(
+            self.minhash_bands >= 1 and self.minhash_rows >= 1,
+            f"--minhash_bands/--minhash_rows: expected >= 1, found {self.minhash_bands}/{self.minhash_rows}",
+        )
+        need(
+            1 <= self.shingle_size <= MAX_SHINGLE_SIZE,
+            f"--shingle_size: expected 1..{MAX_SHINGLE_SIZE}, found {self.shingle_size}",
+        )
+        need(
+            self.shingle_unit in ("words", "chars", "segmenter"),
+            f"--shingle_unit: expected words|chars|segmenter, found {self.shingle_unit}",
+        )
+        need(
+            self.shingle_unit != "segmenter" or self.word_segmenter != "none",
+            "--shingle_unit segmenter needs --word_segmenter (jieba or MODULE:FUNCTION)",
+        )
+        need(self.curation_samples >= 0, f"--curation_samples: expected >= 0, found {self.curation_samples}")
+
+    @property
+    def curating(self) -> bool:
+        """Any curation stage is on: the graph gains them, and the manifest's counts can be nonzero."""
+        return self.near_dedup_threshold > 0
 
     def to_json_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -325,7 +325,7 @@ def _seekable_records(
     Epoch e reads the shards whole, one after the other, in an order drawn from (seed, e); its
     records are cut into windows of `window` (the last one shorter) and each window is permuted
     by a draw from (seed, e, window). The builder already wrote each shard in a random order
-    (`pipeline/transforms.py`), so this is as good a shuffle as a `window`-record buffer over
+    (`pipeline/stages/`), so this is as good a shuffle as a `window`-record buffer over
     interleaved shards, and, unlike one, the position is arithmetic: record `start` is in epoch
     start // n, window (start % n) // `window`. A resume reads that window from the one shard
     where it begins (skipping inside that shard only) and drops the window's records before

@@ -133,6 +133,9 @@ class Manifest:
     # How rows were cut from documents (`pipeline/instances.py: PACKING_VERSION`); manifests from
     # before the field are 1. full_sentences rows are the same in every version.
     packing_version: int = 1
+    # What curation removed, per stage (near_dedup, quality, language): documents_removed and
+    # bytes_removed always (zeros for a stage that was off), and each stage's own detail.
+    curation: Mapping[str, object] = dataclasses.field(default_factory=dict)
     folder: str = ""  # where it was read from (not written: a moved corpus stays valid)
 
     # --- the corpus view: what readers need, typed ---
@@ -214,6 +217,7 @@ class Manifest:
             splits={name: _split(fields, name) for name in fields.get("splits", dict)},
             segmenter=fields.get("segmenter", dict) if fields.has("segmenter") else {},
             packing_version=fields.get("packing_version", int) if fields.has("packing_version") else 1,
+            curation=fields.get("curation", dict) if fields.has("curation") else {},
             folder=folder,
         )
 
@@ -357,5 +361,35 @@ def build_manifest(
         splits=splits,
         segmenter=dict(segmenter),
         packing_version=PACKING_VERSION,
+        curation=curation_summary(stats),
         folder=cfg.output_dir,
     )
+
+
+CURATION_STAGES = ("near_dedup", "quality", "language")
+
+
+def curation_summary(stats: Mapping[str, int]) -> dict:
+    """The manifest's `curation`: per stage, documents and bytes removed (zeros when it was off,
+    so readers never branch); near_dedup adds its cluster sizes ({members: clusters}), quality
+    its counts per rule, language the documents kept per detected language."""
+
+    def under(prefix: str) -> dict:
+        return {k[len(prefix) :]: v for k, v in stats.items() if k.startswith(prefix)}
+
+    summary = {
+        stage: {
+            "documents_removed": stats.get(f"curation/{stage}/documents_removed", 0),
+            "bytes_removed": stats.get(f"curation/{stage}/bytes_removed", 0),
+        }
+        for stage in CURATION_STAGES
+    }
+    clusters = under("curation/near_dedup/clusters_of/")
+    summary["near_dedup"]["cluster_sizes"] = {k: clusters[k] for k in sorted(clusters, key=int)}
+    rules: dict[str, dict] = {}
+    for name, value in sorted(under("curation/quality/rule/").items()):
+        rule, figure = name.rsplit("/", 1)
+        rules.setdefault(rule, {"documents_removed": 0, "bytes_removed": 0})[figure] = value
+    summary["quality"]["rules"] = rules
+    summary["language"]["kept"] = dict(sorted(under("curation/language/kept/").items()))
+    return summary

@@ -1,7 +1,7 @@
 """Pure text functions: encodings (BOMs, a declared codec), bounded line reading, normalisation,
 documents, sentence splitting.
 
-Nothing here knows about Beam; the transforms in `transforms.py` call these and count what they
+Nothing here knows about Beam; the stages in `stages/` call these and count what they
 report. Every function takes bytes or str and a `Counter` for what it repaired or skipped.
 """
 

@@ -47,6 +47,12 @@ def test_manifest_records_build_vocab_and_counts(docs_corpus):
     manifest = json.loads((docs_corpus / "manifest.json").read_text())
     assert manifest["schema_version"] == 2
     assert "word_starts" not in manifest["features"] and manifest["segmenter"] == {}  # no segmenter
+    for stage in ("near_dedup", "quality", "language"):  # curation off: zeros, never missing
+        assert (
+            manifest["curation"][stage]["documents_removed"]
+            == manifest["curation"][stage]["bytes_removed"]
+            == 0
+        )
     assert manifest["input"]["encodings"] == {"utf-8": manifest["input"]["files"]}
     assert manifest["build"]["seq_len"] == SEQ_LEN and manifest["build"]["max_predictions"] == MAX_PRED
     vocab = Vocab((docs_corpus / "vocab.model").read_bytes())

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import text
 from pipeline.config import CorpusConfig
-from pipeline.transforms import BadInputError, ReadFileDocuments
+from pipeline.stages import BadInputError, ReadFileDocuments
 from tests.conftest import build
 from tests.corpus_checks import expected_documents
 

@@ -1,0 +1,111 @@
+"""Curation inside the real corpus build (DirectRunner): planted near-copies of real documents
+are removed, counted in the manifest and sampled for review, the same bytes with 1 or 2 workers
+and any file order; without curation flags the graph has none of its stages."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import random
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+
+from pipeline import build_corpus
+from pipeline.config import CorpusConfig
+from tests.conftest import build
+
+ARGS = ("--vocab_size", "700", "--seq_len", "47", "--max_predictions", "7", "--dupe_factor", "1",
+        "--num_shards", "2", "--near_dedup_threshold", "0.8", "--curation_samples", "3")  # fmt: skip
+PLANTED = 9
+
+
+@pytest.fixture(scope="module")
+def planted_input(python_docs, tmp_path_factory) -> str:
+    """Python docs' library/a*.rst.txt, and a file of near-copies of 9 of their paragraphs of 80
+    words or more: each with 1 % of its words replaced."""
+    folder = tmp_path_factory.mktemp("planted")
+    paragraphs = [
+        " ".join(p.split())
+        for path in sorted(glob.glob(str(python_docs / "library" / "a*.rst.txt")))
+        for p in Path(path).read_text(encoding="utf-8").split("\n\n")
+        if len(p.split()) >= 80
+    ]
+    rng = random.Random(4)
+    copies = []
+    for n, paragraph in enumerate(rng.sample(paragraphs, PLANTED)):
+        words = paragraph.split()
+        for i in rng.sample(range(len(words)), max(1, len(words) // 100)):
+            words[i] = f"planted{n}word{i}"
+        copies.append(" ".join(words))
+    (folder / "copies.txt").write_text("\n\n".join(copies) + "\n", encoding="utf-8")
+    return f"{python_docs / 'library' / 'a*.rst.txt'},{folder / 'copies.txt'}"
+
+
+@pytest.fixture(scope="module")
+def curated(planted_input, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("curated")
+    build(out, "--input", planted_input, *ARGS)
+    return out
+
+
+@pytest.mark.slow
+def test_near_copies_are_removed_counted_and_sampled(curated):
+    manifest = json.loads((curated / "manifest.json").read_text())
+    near = manifest["curation"]["near_dedup"]
+    assert near["documents_removed"] >= PLANTED  # the planted ones, and any the docs have
+    assert near["documents_removed"] == sum((int(size) - 1) * n for size, n in near["cluster_sizes"].items())
+    assert near["bytes_removed"] > 80 * 4 * PLANTED
+    for stage in ("quality", "language"):
+        assert manifest["curation"][stage]["documents_removed"] == 0  # off
+    splits = manifest["splits"]
+    assert manifest["input"]["documents"] == (
+        splits["train"]["documents"] + splits["validation"]["documents"]
+        + manifest["input"]["skipped"].get("duplicate_document", 0) + near["documents_removed"]
+    )  # fmt: skip
+    assert [p.name for p in (curated / "curation").iterdir()] == ["near_duplicate.jsonl.gz"]
+    rows = [json.loads(line) for line in gzip.decompress((curated / "curation" / "near_duplicate.jsonl.gz")
+                                                         .read_bytes()).decode().splitlines()]  # fmt: skip
+    assert len(rows) == 3  # --curation_samples
+    for row in rows:
+        assert row["reason"] == "near_duplicate" and row["value"] >= 2
+        assert row["text"] and row["kept_text"] and row["text"] != row["kept_text"]
+        assert row["kept_key"] < row["key"]  # the cluster keeps its smallest content key
+
+
+@pytest.mark.slow
+def test_curated_bytes_are_the_same_for_2_workers_and_another_file_order(curated, planted_input, tmp_path):
+    reordered = ",".join(reversed(planted_input.split(",")))
+    build(tmp_path / "two", "--input", planted_input, *ARGS, "--direct_num_workers", "2",
+          "--direct_running_mode", "multi_processing")  # fmt: skip
+    build(tmp_path / "reordered", "--input", reordered, *ARGS)
+
+    def contents(folder: Path) -> dict:
+        found = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        manifest = json.loads(found.pop("manifest.json"))
+        manifest["build"].pop("input_patterns")
+        return {**found, "manifest": manifest}
+
+    reference = contents(curated)
+    assert "curation/near_duplicate.jsonl.gz" in reference
+    for other in ("two", "reordered"):
+        assert contents(tmp_path / other) == reference, other
+
+
+def stage_names(*args: str) -> set[str]:
+    cfgs = build_corpus.parse_args(
+        ["--input", "unused/*.txt", "--output", "unused", "--vocab_size", "99", *args]
+    )[0]
+    p = beam.Pipeline()
+    build_corpus.build_pipeline(p, cfgs, None, {})
+    return {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+
+
+def test_without_curation_flags_the_graph_has_no_curation_stage():
+    plain, curating = stage_names(), stage_names("--near_dedup_threshold", "0.7")
+    added = {"CurateDocuments", "DropRemoved", "RereadForCuration", "SampleRemoved", "WriteRemovedSamples"}
+    assert not added & plain
+    assert added <= curating
+    assert CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=99).curating is False

@@ -1,0 +1,132 @@
+"""Near-duplicate removal: MinHash's estimate against brute-force Jaccard on real text, and the
+Beam stage's clusters on planted copies (TestPipeline, the real DirectRunner)."""
+
+from __future__ import annotations
+
+import random
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import minhash
+from pipeline.config import CorpusConfig
+from pipeline.keys import content_key
+from pipeline.stages import NearDeduplicate
+
+
+def cfg(**overrides) -> CorpusConfig:
+    return CorpusConfig(
+        **{"input_patterns": ("unused",), "output_dir": "unused", "vocab_size": 100,
+           "near_dedup_threshold": 0.8, **overrides}
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def words(botchan) -> list[str]:
+    return botchan.read_text(encoding="utf-8").split()
+
+
+def edited(text: str, share: float, seed: int) -> str:
+    """`text` with `share` of its words replaced by words that occur nowhere else."""
+    out = text.split()
+    for i in random.Random(seed).sample(range(len(out)), round(share * len(out))):
+        out[i] = f"edit{seed}x{i}"
+    return " ".join(out)
+
+
+def shingles(text: str) -> np.ndarray:
+    return minhash.shingle_hashes(minhash.units(text, "words"), 5)
+
+
+def test_the_estimate_tracks_brute_force_jaccard(words):
+    hasher = minhash.MinHasher(14, 8, seed=3)
+    base = " ".join(words[2000:2301])  # 301 words
+    errors = []
+    for n, share in enumerate((0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4)):
+        a, b = shingles(base), shingles(edited(base, share, n))
+        true = minhash.true_jaccard(a, b)
+        errors.append(abs(minhash.estimated_jaccard(hasher.signature(a), hasher.signature(b)) - true))
+        if share == 0.0:
+            assert true == 1.0 and errors[-1] == 0.0
+    # 112 positions: the estimate's standard error is at most 0.05; 3.5 of them is a bug
+    assert max(errors) < 0.17, errors
+    assert np.mean(errors) < 0.06, errors
+
+
+def test_normalising_ignores_case_punctuation_digits_and_spacing():
+    assert shingles("The  cat, sat on 12 mats!").tolist() == shingles("the cat sat on 34 mats").tolist()
+    assert shingles("the cat sat on the mat").size == 2  # 6 words: two 5-grams
+    assert shingles("too short").size == 1  # fewer words than a shingle: one shingle
+    assert shingles("!!! ...").size == 0
+
+
+def test_signatures_are_a_function_of_the_seed(words):
+    text = shingles(" ".join(words[:200]))
+    one, again, other = (minhash.MinHasher(4, 3, seed=s).signature(text) for s in (7, 7, 8))
+    assert one.tobytes() == again.tobytes()
+    assert one.tobytes() != other.tobytes()
+    assert one.shape == (12,)
+    assert len(set(minhash.MinHasher(4, 3, seed=7).bucket_keys(one))) == 4
+
+
+def test_characters_find_near_copies_in_text_without_spaces(zh_reviews):
+    review = max((zh_reviews / "pos.txt").read_text(encoding="utf-8").split("\n\n"), key=len)[:300]
+    copy = review[:100] + "好" + review[101:]  # one character changed
+    by_chars = [minhash.shingle_hashes(minhash.units(t, "chars"), 5) for t in (review, copy)]
+    by_words = [minhash.shingle_hashes(minhash.units(t, "words"), 5) for t in (review, copy)]
+    assert minhash.true_jaccard(*by_chars) > 0.95
+    # Split at spaces and punctuation, a clause is one "word": one character costs five shingles
+    assert minhash.true_jaccard(*by_words) < 0.9
+
+
+def test_the_candidate_curve_is_fineweb_s():
+    assert minhash.candidate_probability(0.8, 14, 8) == pytest.approx(0.924, abs=1e-3)
+    assert minhash.candidate_probability(0.5, 14, 8) == pytest.approx(0.053, abs=1e-3)
+    assert minhash.confirm_threshold(0.8, 112) == pytest.approx(0.8 - 2 * (0.16 / 112) ** 0.5)
+
+
+def run_near_dedup(texts: list[str], config: CorpusConfig, expected: list) -> None:
+    with TestPipeline() as p:
+        removed, _ = p | beam.Create([(content_key(t), t) for t in texts]) | NearDeduplicate(config)
+        found = removed | beam.Map(lambda kr: (kr[0], kr[1].kept, kr[1].value, kr[1].bytes))
+        assert_that(found, equal_to(expected))
+
+
+def test_a_cluster_keeps_one_member_whatever_the_order(words):
+    base = " ".join(words[5000:5250])
+    cluster = [base] + [edited(base, 0.01, seed) for seed in range(3)]  # J about 0.95 to base
+    unrelated = [" ".join(words[i : i + 250]) for i in range(10_000, 12_000, 400)]
+    kept = min(content_key(t) for t in cluster)
+    expected = [(content_key(t), kept, 4, len(t.encode())) for t in cluster if content_key(t) != kept]
+    texts = cluster + unrelated
+    run_near_dedup(texts, cfg(), expected)
+    random.Random(0).shuffle(texts)
+    run_near_dedup(texts, cfg(), expected)
+
+
+def test_a_chain_collapses_into_one_cluster(words):
+    a = " ".join(words[7000:7400])
+    b = edited(a, 0.02, 1)
+    c = edited(b, 0.03, 2)
+    sig = {
+        name: minhash.MinHasher(seed=12345).signature(shingles(t))
+        for name, t in zip("abc", (a, b, c), strict=True)
+    }
+    needed = minhash.confirm_threshold(0.8, 112)
+    # The premise: a~b and b~c are confirmed pairs, a and c are not near enough on their own.
+    assert minhash.estimated_jaccard(sig["a"], sig["b"]) >= needed
+    assert minhash.estimated_jaccard(sig["b"], sig["c"]) >= needed
+    assert minhash.estimated_jaccard(sig["a"], sig["c"]) < needed
+    kept = min(content_key(t) for t in (a, b, c))
+    expected = [(content_key(t), kept, 3, len(t.encode())) for t in (a, b, c) if content_key(t) != kept]
+    run_near_dedup([a, b, c], cfg(), expected)
+
+
+def test_pairs_below_the_threshold_stay(words):
+    base = " ".join(words[9000:9300])
+    far = edited(base, 0.15, 5)  # J about 0.45: may share a bucket, must not be confirmed
+    assert minhash.true_jaccard(shingles(base), shingles(far)) < 0.6
+    run_near_dedup([base, far], cfg(), [])
