@@ -42,6 +42,7 @@ from common.errors import ConfigError
 from pipeline import files, progress, schema, segment
 from pipeline.config import CorpusConfig, per_length
 from pipeline.parts import remove_tmp, spill_dir
+from pipeline.quality import Thresholds
 from pipeline.stages import (
     CURATION_DIR,
     BadInputError,
@@ -201,6 +202,7 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
     for length_cfg in cfgs:
         log.info("corpus config: %s", json.dumps(length_cfg.to_json_dict(), sort_keys=True))
     given_vocab = load_given_vocab(cfg)
+    check_quality_thresholds(cfg)
     segmenter = check_segmenter(cfg)
     dry_run = bool(options.get_all_options().get("dry_run"))
     if not dry_run:
@@ -228,6 +230,16 @@ def check_inputs(cfg: CorpusConfig) -> None:
     for pattern in cfg.input_patterns:
         if not FileSystems.match([pattern])[0].metadata_list:
             raise BadInputError(f"--input {pattern}: no files match")
+
+
+def check_quality_thresholds(cfg: CorpusConfig) -> None:
+    """A --quality_thresholds file is read here, so a missing or bad one fails in one line before
+    the pipeline starts (a NAME=VALUE list was checked with the config)."""
+    if cfg.quality_thresholds and cfg.quality_thresholds.endswith(".json"):
+        try:
+            Thresholds.parse(cfg.quality_thresholds, files.read_file)
+        except ValueError as e:
+            raise ConfigError(f"--quality_thresholds {e}") from None
 
 
 def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:

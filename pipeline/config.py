@@ -12,6 +12,8 @@ from typing import Literal
 from common.cli import field
 from common.errors import need
 from pipeline.minhash import MAX_SHINGLE_SIZE
+from pipeline.quality import FILTERS as QUALITY_FILTERS
+from pipeline.quality import Thresholds
 from pipeline.text import codec_name
 
 
@@ -137,6 +139,14 @@ class CorpusConfig:
         "spaces), or the --word_segmenter's words",
     )
     shingle_size: int = field(5, "near-dedup: units per shingle (FineWeb: 5 words)")
+    quality_filters: tuple[str, ...] = field(
+        (), "document quality rules: gopher, c4, or gopher,c4 (docs/corpus.md lists each rule)",
+        parse=_patterns, metavar="gopher[,c4]",
+    )  # fmt: skip
+    quality_thresholds: str | None = field(
+        None, "override quality rules' limits: NAME=VALUE[,NAME=VALUE...] or a .json file of them "
+        "(names: pipeline/quality.py Thresholds)", metavar="NAME=VALUE,...|FILE.json",
+    )  # fmt: skip
     curation_samples: int = field(
         20, "removed documents kept per reason in OUTPUT/curation/ (a seeded sample) for review"
     )
@@ -239,12 +249,23 @@ class CorpusConfig:
             self.shingle_unit != "segmenter" or self.word_segmenter != "none",
             "--shingle_unit segmenter needs --word_segmenter (jieba or MODULE:FUNCTION)",
         )
+        unknown = sorted(set(self.quality_filters) - set(QUALITY_FILTERS))
+        need(not unknown, f"--quality_filters: unknown {','.join(unknown)}; expected gopher, c4 or gopher,c4")
+        need(
+            self.quality_thresholds is None or bool(self.quality_filters),
+            "--quality_thresholds needs --quality_filters",
+        )
+        if self.quality_thresholds and not self.quality_thresholds.endswith(".json"):
+            try:  # a file is read, and checked, when the build starts
+                Thresholds.parse(self.quality_thresholds)
+            except ValueError as e:
+                need(False, f"--quality_thresholds: {e}")
         need(self.curation_samples >= 0, f"--curation_samples: expected >= 0, found {self.curation_samples}")
 
     @property
     def curating(self) -> bool:
         """Any curation stage is on: the graph gains them, and the manifest's counts can be nonzero."""
-        return self.near_dedup_threshold > 0
+        return self.near_dedup_threshold > 0 or bool(self.quality_filters)
 
     def to_json_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -19,6 +19,7 @@ import apache_beam as beam
 from pipeline import files
 from pipeline.config import CorpusConfig
 from pipeline.keys import seeded_key
+from pipeline.stages.filter_documents import FilterDocuments
 from pipeline.stages.near_dedup import NearDeduplicate
 
 CURATION_DIR = "curation"
@@ -26,14 +27,31 @@ SAMPLE_TEXT_CHARS = 2000  # of each sampled document: enough to judge, bounded h
 
 
 class CurateDocuments(beam.PTransform):
-    """(content key, text) -> (removed: (key, Removal), stats)."""
+    """(content key, text) -> (removed: (key, Removal), stats). The filters first, then
+    near-duplicates among the documents they keep, so that no cluster keeps a document a filter
+    then removes."""
 
     def __init__(self, cfg: CorpusConfig):
         super().__init__()
         self._cfg = cfg
 
     def expand(self, docs):
-        return docs | "NearDeduplicate" >> NearDeduplicate(self._cfg)
+        cfg, removed, stats = self._cfg, [], []
+        if cfg.quality_filters:
+            filtered = docs | "FilterDocuments" >> beam.ParDo(FilterDocuments(cfg)).with_outputs(
+                "removed", "stats", main="kept"
+            )
+            docs = filtered.kept
+            removed.append(filtered.removed)
+            stats.append(filtered.stats)
+        if cfg.near_dedup_threshold:
+            near_removed, near_stats = docs | "NearDeduplicate" >> NearDeduplicate(cfg)
+            removed.append(near_removed)
+            stats.append(near_stats)
+        return (
+            removed | "AllRemoved" >> beam.Flatten(),
+            stats | "AllCurationStats" >> beam.Flatten(),
+        )
 
 
 def _keep_unremoved(joined):

@@ -8,14 +8,16 @@ import glob
 import gzip
 import json
 import random
+import re
 from pathlib import Path
 
 import apache_beam as beam
 import pytest
 
-from pipeline import build_corpus
+from pipeline import build_corpus, quality
 from pipeline.config import CorpusConfig
 from tests.conftest import build
+from tests.pipeline.test_quality import planted
 
 ARGS = ("--vocab_size", "700", "--seq_len", "47", "--max_predictions", "7", "--dupe_factor", "1",
         "--num_shards", "2", "--near_dedup_threshold", "0.8", "--curation_samples", "3")  # fmt: skip
@@ -109,3 +111,32 @@ def test_without_curation_flags_the_graph_has_no_curation_stage():
     assert not added & plain
     assert added <= curating
     assert CorpusConfig(input_patterns=("x",), output_dir="y", vocab_size=99).curating is False
+
+
+@pytest.mark.slow
+def test_quality_rules_remove_the_planted_documents_and_count_them_per_rule(botchan, tmp_path):
+    words = botchan.read_text(encoding="utf-8").split()
+    passages = [
+        "\n".join(re.split(r"(?<=[.!?])\s+", " ".join(words[i : i + 400]))) for i in range(0, 24_000, 400)
+    ]
+    good = [p for p in passages if quality.first_failure(p, ("gopher", "c4"), quality.Thresholds()) is None]
+    assert len(good) >= 40  # the premise: most of Botchan is good prose by both rule sets
+    base = re.split(r"(?<=[.!?])\s+", " ".join(words[3000:3400]))
+    bad = planted(base)
+    (tmp_path / "in.txt").write_text("\n\n".join(good[:40] + list(bad.values())) + "\n", encoding="utf-8")
+    args = ("--vocab_size", "300", "--seq_len", "41", "--dupe_factor", "1", "--quality_filters", "gopher,c4",
+            "--curation_samples", "1")  # fmt: skip
+    manifest = build(tmp_path / "out", "--input", str(tmp_path / "in.txt"), *args)
+    removed = manifest["curation"]["quality"]
+    assert {rule: n["documents_removed"] for rule, n in removed["rules"].items()} == dict.fromkeys(bad, 1)
+    assert removed["documents_removed"] == len(bad)
+    assert removed["bytes_removed"] == sum(len(t.encode()) for t in bad.values())
+    assert manifest["curation"]["near_dedup"]["documents_removed"] == 0  # off
+    samples = sorted(p.name for p in (tmp_path / "out" / "curation").iterdir())
+    assert samples == sorted(f"{rule}.jsonl.gz" for rule in bad)
+    row = json.loads(
+        gzip.decompress((tmp_path / "out" / "curation" / "c4_curly_brace.jsonl.gz").read_bytes())
+    )
+    curly = bad["c4_curly_brace"]
+    assert row["stage"] == "quality" and row["value"] == 1 and row["bytes"] == len(curly.encode())
+    assert curly.startswith(row["text"]) and len(row["text"]) == 2000  # cut: bounded however long

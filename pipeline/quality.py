@@ -1,0 +1,251 @@
+"""Heuristic quality rules for documents, Gopher's (Rae et al. 2021, MassiveText) and C4's (Raffel
+et al. 2020), as datatrove defines and defaults them. Pure Python; nothing here knows about Beam
+(`stages/filter_documents.py` applies them).
+
+`first_failure(text, filters, thresholds)` returns the first rule a document fails, with the figure
+it measured, or None. Rules run in a fixed order (Gopher's repetition rules, Gopher's quality rules,
+then C4's), so a document fails for one reason however many apply.
+
+Scripts. A document whose letters are mostly CJK is measured in characters where words make no
+sense: its "words" are its CJK characters and its other words, the word-length and stop-word rules
+do not apply, and neither do the n-gram repetition rules (common character n-grams repeat in any
+Chinese text); line and paragraph repetition, symbols, bullets, ellipses, and C4 apply, C4 with
+CJK sentence ends (。！？) as terminal punctuation and characters as a line's words.
+
+C4 rewrites documents (it drops the lines it does not like). bertbeam never rewrites one (a
+document's identity is the hash of its text, and it is read again from its file), so C4 here
+decides whole documents: one whose lines C4 would keep hold fewer than `c4_min_sentences`
+sentences is removed, as C4 would remove what was left of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+
+from pipeline.text import split_sentences
+
+FILTERS = ("gopher", "c4")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKENS = re.compile(rf"[{_CJK}]|[^\s{_CJK}\W]+|[^\w\s]+")  # a CJK character, a word, or punctuation
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+_PARAGRAPHS = re.compile(r"\n{2,}")
+_LINES = re.compile(r"\n+")
+STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))  # Gopher's
+_BULLETS = ("•", "-", "*", "·", "‣", "◦")
+_ELLIPSES = ("...", "…")
+_TERMINAL = ('.', '?', '!', '"', "'")  # C4's  # fmt: skip
+_CJK_TERMINAL = ("。", "！", "？", "」", "』", "”")
+_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Every rule's limit, datatrove's defaults; `--quality_thresholds` overrides any of them."""
+
+    gopher_min_words: int = 50
+    gopher_max_words: int = 100_000
+    gopher_min_mean_word_length: float = 3.0
+    gopher_max_mean_word_length: float = 10.0
+    gopher_max_hash_ratio: float = 0.1  # "#" per word
+    gopher_max_ellipsis_ratio: float = 0.1  # "..." and "…" per word
+    gopher_max_bullet_lines: float = 0.9
+    gopher_max_ellipsis_lines: float = 0.3
+    gopher_min_alpha_words: float = 0.8  # share of words with a letter
+    gopher_min_stop_words: int = 2
+    gopher_max_duplicate_lines: float = 0.3
+    gopher_max_duplicate_line_chars: float = 0.2
+    gopher_max_duplicate_paragraphs: float = 0.3
+    gopher_max_duplicate_paragraph_chars: float = 0.2
+    gopher_max_top_2gram: float = 0.20  # characters in the most frequent n-gram's occurrences
+    gopher_max_top_3gram: float = 0.18
+    gopher_max_top_4gram: float = 0.16
+    gopher_max_duplicate_5gram: float = 0.15  # characters in n-grams seen before in the document
+    gopher_max_duplicate_6gram: float = 0.14
+    gopher_max_duplicate_7gram: float = 0.13
+    gopher_max_duplicate_8gram: float = 0.12
+    gopher_max_duplicate_9gram: float = 0.11
+    gopher_max_duplicate_10gram: float = 0.10
+    c4_min_sentences: int = 5
+    c4_min_line_words: int = 3
+    c4_max_word_chars: int = 1000
+
+    @classmethod
+    def parse(cls, value: str | None, read=None) -> Thresholds:
+        """`--quality_thresholds`: NAME=VALUE[,NAME=VALUE...], or a JSON file of {NAME: VALUE}
+        (`read(path) -> bytes` opens it: local or gs://). An unknown name or a bad value is a
+        ValueError naming it."""
+        if not value:
+            return cls()
+        if value.endswith(".json"):
+            try:
+                given = json.loads(read(value))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{value}: not a readable JSON object of thresholds ({e})") from None
+            if not isinstance(given, dict):
+                raise ValueError(
+                    f"{value}: expected a JSON object of thresholds, found {type(given).__name__}"
+                )
+        else:
+            pairs = [item.split("=", 1) for item in value.split(",") if item]
+            if any(len(p) != 2 for p in pairs):
+                raise ValueError(f"{value!r}: expected NAME=VALUE[,NAME=VALUE...] or a .json file")
+            given = dict(pairs)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for name, raw in given.items():
+            if name not in fields:
+                raise ValueError(f"unknown threshold {name!r}; known: {', '.join(fields)}")
+            kind = int if fields[name].type in ("int", int) else float
+            try:
+                values[name] = kind(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"threshold {name}: expected a number, found {raw!r}") from None
+        return cls(**values)
+
+
+def is_cjk_document(text: str) -> bool:
+    """Most of its letters are CJK characters."""
+    letters = sum(c.isalpha() for c in text)
+    return letters > 0 and len(_CJK_CHAR.findall(text)) > letters / 2
+
+
+def _words(text: str) -> list[str]:
+    return _TOKENS.findall(text)
+
+
+def _duplicates(parts: list[str]) -> tuple[int, int]:
+    """(parts seen before in the list, their characters)."""
+    seen, count, chars = set(), 0, 0
+    for part in parts:
+        if part in seen:
+            count, chars = count + 1, chars + len(part)
+        else:
+            seen.add(part)
+    return count, chars
+
+
+def _top_ngram_chars(words: list[str], n: int) -> int:
+    """Characters covered by the most frequent n-gram's occurrences (its length x its count)."""
+    grams = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return 0
+    gram, count = grams.most_common(1)[0]
+    return len(gram) * count
+
+
+def _duplicate_ngram_chars(words: list[str], n: int) -> int:
+    """Characters in n-grams that occurred earlier in the document, scanning left to right and
+    jumping past each repeat (Gopher's definition, as datatrove counts it)."""
+    seen, chars, i = set(), 0, 0
+    while i <= len(words) - n:
+        gram = "".join(words[i : i + n])
+        if gram in seen:
+            chars += len(gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return chars
+
+
+def gopher_repetition(text: str, cjk: bool, t: Thresholds):
+    """Yields (rule, measured, passes) for Gopher's repetition rules."""
+    size = max(len(text), 1)
+    paragraphs = _PARAGRAPHS.split(text.strip())
+    count, chars = _duplicates(paragraphs)
+    yield (
+        "gopher_duplicate_paragraphs",
+        count / len(paragraphs),
+        count / len(paragraphs) <= t.gopher_max_duplicate_paragraphs,
+    )
+    yield (
+        "gopher_duplicate_paragraph_chars",
+        chars / size,
+        chars / size <= t.gopher_max_duplicate_paragraph_chars,
+    )
+    lines = _LINES.split(text)
+    count, chars = _duplicates(lines)
+    yield "gopher_duplicate_lines", count / len(lines), count / len(lines) <= t.gopher_max_duplicate_lines
+    yield "gopher_duplicate_line_chars", chars / size, chars / size <= t.gopher_max_duplicate_line_chars
+    if cjk:
+        return
+    words = _words(text)
+    for n in (2, 3, 4):
+        share = _top_ngram_chars(words, n) / size
+        yield f"gopher_top_{n}gram", share, share <= getattr(t, f"gopher_max_top_{n}gram")
+    for n in range(5, 11):
+        share = _duplicate_ngram_chars(words, n) / size
+        yield f"gopher_duplicate_{n}gram", share, share <= getattr(t, f"gopher_max_duplicate_{n}gram")
+
+
+def gopher_quality(text: str, cjk: bool, t: Thresholds):
+    """Yields (rule, measured, passes) for Gopher's quality rules."""
+    words = _words(text)
+    real = [w for w in words if any(c.isalnum() for c in w)]  # not punctuation alone
+    yield "gopher_word_count", len(real), t.gopher_min_words <= len(real) <= t.gopher_max_words
+    n_words = max(len(words), 1)
+    if not cjk and real:
+        mean = sum(map(len, real)) / len(real)
+        yield (
+            "gopher_mean_word_length",
+            mean,
+            t.gopher_min_mean_word_length <= mean <= t.gopher_max_mean_word_length,
+        )
+    hashes = text.count("#") / n_words
+    yield "gopher_hash_ratio", hashes, hashes <= t.gopher_max_hash_ratio
+    ellipses = sum(text.count(e) for e in _ELLIPSES) / n_words
+    yield "gopher_ellipsis_ratio", ellipses, ellipses <= t.gopher_max_ellipsis_ratio
+    lines = text.splitlines() or [""]
+    bullets = sum(line.lstrip().startswith(_BULLETS) for line in lines) / len(lines)
+    yield "gopher_bullet_lines", bullets, bullets <= t.gopher_max_bullet_lines
+    ending = sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / len(lines)
+    yield "gopher_ellipsis_lines", ending, ending <= t.gopher_max_ellipsis_lines
+    alpha = sum(any(c.isalpha() for c in w) for w in words) / n_words
+    yield "gopher_alpha_words", alpha, alpha >= t.gopher_min_alpha_words
+    if not cjk:
+        stops = sum(w.lower() in STOP_WORDS for w in words)
+        yield "gopher_stop_words", stops, stops >= t.gopher_min_stop_words
+
+
+def c4(text: str, cjk: bool, t: Thresholds):
+    """Yields (rule, measured, passes) for C4's rules, over the lines C4 would keep."""
+    sentences = 0
+    for line in text.splitlines():
+        line = line.strip()
+        words = list(line.replace(" ", "")) if cjk else line.split()
+        if any(len(w) > t.c4_max_word_chars for w in line.split()):
+            continue
+        terminal = line.endswith(_TERMINAL + (_CJK_TERMINAL if cjk else ())) and not line.endswith("...")
+        if not terminal or len(words) < t.c4_min_line_words:
+            continue
+        lowered = line.lower()
+        if "lorem ipsum" in lowered:
+            yield "c4_lorem_ipsum", 1, False
+            return
+        if "javascript" in lowered:
+            continue
+        if "{" in line:
+            yield "c4_curly_brace", 1, False
+            return
+        if any(p in lowered for p in _POLICY):
+            continue
+        sentences += len(split_sentences(line))
+    yield "c4_too_few_sentences", sentences, sentences >= t.c4_min_sentences
+
+
+RULES = {"gopher": (gopher_repetition, gopher_quality), "c4": (c4,)}
+
+
+def first_failure(text: str, filters: tuple[str, ...], t: Thresholds) -> tuple[str, float] | None:
+    """(rule, measured figure) of the first rule `text` fails among `filters`, or None."""
+    cjk = is_cjk_document(text)
+    for name in FILTERS:
+        if name in filters:
+            for rules in RULES[name]:
+                for rule, measured, passes in rules(text, cjk, t):
+                    if not passes:
+                        return rule, round(float(measured), 6)
+    return None

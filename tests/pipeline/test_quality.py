@@ -1,0 +1,97 @@
+"""Quality rules on real text: a good Botchan passage passes every rule, and each planted bad
+version of it fails the rule it was made to fail, first; CJK text is measured in characters."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pipeline import quality
+
+ALL = ("gopher", "c4")
+
+
+@pytest.fixture(scope="module")
+def lines(botchan) -> list[str]:
+    """Sentences of a 400-word Botchan passage, one per line (22 of them)."""
+    words = botchan.read_text(encoding="utf-8").split()
+    return re.split(r"(?<=[.!?])\s+", " ".join(words[3000:3400]))
+
+
+def planted(lines: list[str]) -> dict[str, str]:
+    """Rule -> the passage changed so that it fails that rule."""
+    text = "\n".join(lines)
+    return {
+        "gopher_duplicate_lines": "\n".join(lines[:12] + lines[:8]),
+        "gopher_top_2gram": "\n".join(line + " very well, very well, very well." for line in lines),
+        "gopher_word_count": "\n".join(lines[:3]),  # 45 words
+        "gopher_mean_word_length": "\n".join(" ".join(w[:2] for w in line.split()) + "." for line in lines),
+        "gopher_hash_ratio": "\n".join(" ".join("#" + w for w in line.split()) for line in lines),
+        "gopher_bullet_lines": "\n".join("• " + line for line in lines),
+        "gopher_ellipsis_lines": "\n".join(line.rstrip(".!?") + "..." for line in lines),
+        "gopher_alpha_words": "\n".join(
+            " ".join("20247" if i % 2 else w for i, w in enumerate(line.split())) for line in lines
+        ),
+        "gopher_stop_words": "\n".join(
+            re.sub(r"\b(the|be|to|of|and|that|have|with)\b", "so", line, flags=re.I) for line in lines
+        ),
+        "c4_lorem_ipsum": text + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.",
+        "c4_curly_brace": text + '\nThe setting is {"a": 1} in that file.',
+        "c4_too_few_sentences": "\n".join(line.rstrip(".!?") for line in lines),
+    }
+
+
+def test_a_good_passage_passes_every_rule(lines):
+    assert quality.first_failure("\n".join(lines), ALL, quality.Thresholds()) is None
+
+
+def test_each_planted_document_fails_its_own_rule_first(lines):
+    for rule, text in planted(lines).items():
+        failed = quality.first_failure(text, ALL, quality.Thresholds())
+        assert failed is not None and failed[0] == rule, (rule, failed)
+        family = rule.split("_", 1)[0]
+        other = tuple(f for f in ALL if f != family)
+        # Three sentences, or lines ending in "...": C4 keeps no such line, so it would remove these too
+        if rule not in ("gopher_word_count", "gopher_ellipsis_lines"):
+            assert quality.first_failure(text, other, quality.Thresholds()) is None, rule
+
+
+def test_thresholds_move_the_line(lines):
+    short = "\n".join(lines[:3])  # 45 words
+    assert quality.first_failure(short, ("gopher",), quality.Thresholds())[0] == "gopher_word_count"
+    lowered = quality.Thresholds.parse("gopher_min_words=40")
+    assert lowered.gopher_min_words == 40 and lowered.gopher_max_words == 100_000
+    assert quality.first_failure(short, ("gopher",), lowered) is None
+
+
+def test_thresholds_from_a_json_file_and_mistakes_named(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"c4_min_sentences": 2, "gopher_max_hash_ratio": 0.5}))
+    read = lambda p: open(p, "rb").read()  # noqa: E731
+    parsed = quality.Thresholds.parse(str(path), read)
+    assert (parsed.c4_min_sentences, parsed.gopher_max_hash_ratio) == (2, 0.5)
+    with pytest.raises(ValueError, match="unknown threshold 'gopher_min_wrds'"):
+        quality.Thresholds.parse("gopher_min_wrds=3")
+    with pytest.raises(ValueError, match="c4_min_sentences: expected a number, found 'many'"):
+        quality.Thresholds.parse("c4_min_sentences=many")
+    with pytest.raises(ValueError, match="missing.json: not a readable JSON object"):
+        quality.Thresholds.parse(str(tmp_path / "missing.json"), read)
+
+
+def test_cjk_text_is_measured_in_characters(zh_reviews):
+    reviews = [r.strip() for r in (zh_reviews / "pos.txt").read_text(encoding="utf-8").split("\n\n")]
+    ended = [r.replace("\n", "") for r in reviews if r.endswith("。") and len(r) > 30][:40]
+    text = "\n".join(ended)
+    assert quality.is_cjk_document(text) and not quality.is_cjk_document("\n".join(["plain English."] * 3))
+    # No English stop words and "words" of one character: Gopher's English rules stay out of it.
+    assert quality.first_failure(text, ALL, quality.Thresholds()) is None
+    measured = dict(
+        (rule, value) for rule, value, _ in quality.gopher_quality(text, True, quality.Thresholds())
+    )
+    chars = len(re.findall(r"[\u4e00-\u9fff]", text))
+    assert chars <= measured["gopher_word_count"] < chars + 200  # CJK characters, and the odd Latin word
+    assert "gopher_stop_words" not in measured and "gopher_mean_word_length" not in measured
+    brief = ended[0][:40] + "。"  # 41 characters
+    assert quality.first_failure(brief, ("gopher",), quality.Thresholds())[0] == "gopher_word_count"
