@@ -147,6 +147,13 @@ class CorpusConfig:
         None, "override quality rules' limits: NAME=VALUE[,NAME=VALUE...] or a .json file of them "
         "(names: pipeline/quality.py Thresholds)", metavar="NAME=VALUE,...|FILE.json",
     )  # fmt: skip
+    languages: tuple[str, ...] = field(
+        (), "keep only documents identified (CLD2) as one of these ISO 639-1 codes, e.g. en,zh",
+        parse=_patterns, metavar="CODE[,CODE...]",
+    )  # fmt: skip
+    min_language_score: float = field(
+        0.0, "--languages: also remove documents with less than this share of their text in their language"
+    )
     curation_samples: int = field(
         20, "removed documents kept per reason in OUTPUT/curation/ (a seeded sample) for review"
     )
@@ -260,12 +267,21 @@ class CorpusConfig:
                 Thresholds.parse(self.quality_thresholds)
             except ValueError as e:
                 need(False, f"--quality_thresholds: {e}")
+        need(
+            all(code.isalpha() and code.islower() and 2 <= len(code) <= 3 for code in self.languages),
+            f"--languages: expected ISO 639-1 codes like en,zh, found {','.join(self.languages)}",
+        )
+        need(
+            0.0 <= self.min_language_score <= 1.0,
+            f"--min_language_score: expected in [0, 1], found {self.min_language_score}",
+        )
+        need(self.min_language_score == 0.0 or bool(self.languages), "--min_language_score needs --languages")
         need(self.curation_samples >= 0, f"--curation_samples: expected >= 0, found {self.curation_samples}")
 
     @property
     def curating(self) -> bool:
         """Any curation stage is on: the graph gains them, and the manifest's counts can be nonzero."""
-        return self.near_dedup_threshold > 0 or bool(self.quality_filters)
+        return self.near_dedup_threshold > 0 or bool(self.quality_filters) or bool(self.languages)
 
     def to_json_dict(self) -> dict:
         return dataclasses.asdict(self)

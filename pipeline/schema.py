@@ -372,7 +372,7 @@ CURATION_STAGES = ("near_dedup", "quality", "language")
 def curation_summary(stats: Mapping[str, int]) -> dict:
     """The manifest's `curation`: per stage, documents and bytes removed (zeros when it was off,
     so readers never branch); near_dedup adds its cluster sizes ({members: clusters}), quality
-    its counts per rule, language the documents kept per detected language."""
+    its counts per rule, language the documents kept and removed per detected language."""
 
     def under(prefix: str) -> dict:
         return {k[len(prefix) :]: v for k, v in stats.items() if k.startswith(prefix)}
@@ -392,4 +392,5 @@ def curation_summary(stats: Mapping[str, int]) -> dict:
         rules.setdefault(rule, {"documents_removed": 0, "bytes_removed": 0})[figure] = value
     summary["quality"]["rules"] = rules
     summary["language"]["kept"] = dict(sorted(under("curation/language/kept/").items()))
+    summary["language"]["removed_by_language"] = dict(sorted(under("curation/language/removed/").items()))
     return summary

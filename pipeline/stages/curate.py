@@ -37,7 +37,7 @@ class CurateDocuments(beam.PTransform):
 
     def expand(self, docs):
         cfg, removed, stats = self._cfg, [], []
-        if cfg.quality_filters:
+        if cfg.quality_filters or cfg.languages:
             filtered = docs | "FilterDocuments" >> beam.ParDo(FilterDocuments(cfg)).with_outputs(
                 "removed", "stats", main="kept"
             )

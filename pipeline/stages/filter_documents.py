@@ -1,5 +1,7 @@
-"""FilterDocuments: (key, text) -> the documents kept, and a `Removal` for each one a quality
-rule (`quality.py`) removes; per-rule counts on a "stats" output."""
+"""FilterDocuments: (key, text) -> the documents kept, and a `Removal` for each one removed:
+first by language (`language.py`: not one of --languages, or too little of it), then by the first
+quality rule it fails (`quality.py`); counts per stage and rule, and the documents kept per
+language, on a "stats" output."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections import Counter
 
 import apache_beam as beam
 
-from pipeline import files, quality
+from pipeline import files, language, quality
 from pipeline import progress as _progress
 from pipeline.config import CorpusConfig
 from pipeline.stages.common import count_stats
@@ -26,18 +28,33 @@ class FilterDocuments(beam.DoFn):
 
     def process(self, keyed):
         key, text = keyed
-        _progress.stage("quality filters", unit="documents").add(1)
-        failed = quality.first_failure(text, self._cfg.quality_filters, self._thresholds)
-        if failed is None:
+        _progress.stage("filters", unit="documents").add(1)
+        stats = Counter()
+        removal = self._language(text, stats) if self._cfg.languages else None
+        if removal is None and self._cfg.quality_filters:
+            failed = quality.first_failure(text, self._cfg.quality_filters, self._thresholds)
+            if failed is not None:
+                removal = Removal("quality", failed[0], failed[1], len(text.encode("utf-8")))
+                stats[f"curation/quality/rule/{failed[0]}/documents_removed"] += 1
+                stats[f"curation/quality/rule/{failed[0]}/bytes_removed"] += removal.bytes
+        if removal is None:
             yield key, text
-            return
-        rule, measured = failed
-        n_bytes = len(text.encode("utf-8"))
-        stats = Counter({
-            "curation/quality/documents_removed": 1,
-            "curation/quality/bytes_removed": n_bytes,
-            f"curation/quality/rule/{rule}/documents_removed": 1,
-            f"curation/quality/rule/{rule}/bytes_removed": n_bytes,
-        })  # fmt: skip
-        yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
-        yield beam.pvalue.TaggedOutput("removed", (key, Removal("quality", rule, measured, n_bytes)))
+        else:
+            stats[f"curation/{removal.stage}/documents_removed"] += 1
+            stats[f"curation/{removal.stage}/bytes_removed"] += removal.bytes
+            yield beam.pvalue.TaggedOutput("removed", (key, removal))
+        if stats:
+            yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
+
+    def _language(self, text: str, stats: Counter) -> Removal | None:
+        """A Removal if the document's language is not wanted, or too little of it is; counts the
+        documents per detected language, kept and removed."""
+        code, score = language.identify(text)
+        if code not in self._cfg.languages:
+            stats[f"curation/language/removed/{code}"] += 1
+            return Removal("language", "language", code, len(text.encode("utf-8")))
+        if score < self._cfg.min_language_score:
+            stats[f"curation/language/removed/{code}"] += 1
+            return Removal("language", "language_score", round(score, 2), len(text.encode("utf-8")))
+        stats[f"curation/language/kept/{code}"] += 1
+        return None

@@ -114,7 +114,7 @@ def test_without_curation_flags_the_graph_has_no_curation_stage():
 
 
 @pytest.mark.slow
-def test_quality_rules_remove_the_planted_documents_and_count_them_per_rule(botchan, tmp_path):
+def test_language_and_quality_rules_remove_what_was_planted_and_count_it(botchan, zh_reviews, tmp_path):
     words = botchan.read_text(encoding="utf-8").split()
     passages = [
         "\n".join(re.split(r"(?<=[.!?])\s+", " ".join(words[i : i + 400]))) for i in range(0, 24_000, 400)
@@ -123,17 +123,24 @@ def test_quality_rules_remove_the_planted_documents_and_count_them_per_rule(botc
     assert len(good) >= 40  # the premise: most of Botchan is good prose by both rule sets
     base = re.split(r"(?<=[.!?])\s+", " ".join(words[3000:3400]))
     bad = planted(base)
-    (tmp_path / "in.txt").write_text("\n\n".join(good[:40] + list(bad.values())) + "\n", encoding="utf-8")
+    reviews = (zh_reviews / "pos.txt").read_text(encoding="utf-8").split("\n\n")
+    chinese = ["\n".join(r.strip() for r in reviews[i : i + 6]) for i in range(0, 42, 6)]  # 7 documents
+    documents = good[:40] + list(bad.values()) + chinese
+    (tmp_path / "in.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     args = ("--vocab_size", "300", "--seq_len", "41", "--dupe_factor", "1", "--quality_filters", "gopher,c4",
-            "--curation_samples", "1")  # fmt: skip
+            "--languages", "en", "--curation_samples", "1")  # fmt: skip
     manifest = build(tmp_path / "out", "--input", str(tmp_path / "in.txt"), *args)
     removed = manifest["curation"]["quality"]
     assert {rule: n["documents_removed"] for rule, n in removed["rules"].items()} == dict.fromkeys(bad, 1)
     assert removed["documents_removed"] == len(bad)
     assert removed["bytes_removed"] == sum(len(t.encode()) for t in bad.values())
     assert manifest["curation"]["near_dedup"]["documents_removed"] == 0  # off
+    by_language = manifest["curation"]["language"]
+    assert by_language["documents_removed"] == 7 and by_language["removed_by_language"] == {"zh": 7}
+    assert by_language["kept"] == {"en": 40 + len(bad)}  # language first: the bad ones are English
+    assert by_language["bytes_removed"] == sum(len(t.encode()) for t in chinese)
     samples = sorted(p.name for p in (tmp_path / "out" / "curation").iterdir())
-    assert samples == sorted(f"{rule}.jsonl.gz" for rule in bad)
+    assert samples == sorted([f"{rule}.jsonl.gz" for rule in bad] + ["language.jsonl.gz"])
     row = json.loads(
         gzip.decompress((tmp_path / "out" / "curation" / "c4_curly_brace.jsonl.gz").read_bytes())
     )
