@@ -14,7 +14,7 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 
-from pipeline import build_corpus, quality
+from pipeline import build_corpus, curation_report, quality
 from pipeline.config import CorpusConfig
 from tests.conftest import build
 from tests.pipeline.test_quality import planted
@@ -147,3 +147,25 @@ def test_language_and_quality_rules_remove_what_was_planted_and_count_it(botchan
     curly = bad["c4_curly_brace"]
     assert row["stage"] == "quality" and row["value"] == 1 and row["bytes"] == len(curly.encode())
     assert curly.startswith(row["text"]) and len(row["text"]) == 2000  # cut: bounded however long
+
+
+@pytest.mark.slow
+def test_the_report_reads_the_manifest_and_the_samples(curated, capsys):
+    assert curation_report.main([str(curated), "--samples", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    near = json.loads((curated / "manifest.json").read_text())["curation"]["near_dedup"]
+    row = next(line for line in out if line.startswith("near_dedup "))
+    assert (
+        row.split()[1] == f"{near['documents_removed']:,}" and row.split()[3] == f"{near['bytes_removed']:,}"
+    )
+    assert any(line.startswith("quality (off)") for line in out)
+    assert "-- near_duplicate.jsonl.gz: 3 sampled" in out
+    assert sum(line.strip().startswith("kept instead:") for line in out) == 1
+
+
+def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
+    assert curation_report.main([str(tmp_path)]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: {tmp_path}: no manifest.json here or in seq*/; build the corpus first"
+    )
