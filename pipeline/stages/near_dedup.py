@@ -147,7 +147,7 @@ def _with_bytes(joined):
     """(key, {cluster: [(size, root)], bytes: [n]}) -> (key, Removal) and its stats."""
     key, grouped = joined
     for size, root in grouped["cluster"]:
-        (n_bytes,) = grouped["bytes"]
+        n_bytes = next(iter(grouped["bytes"]), 0)  # one per key: exact copies are gone before this stage
         stats = Counter(
             {"curation/near_dedup/documents_removed": 1, "curation/near_dedup/bytes_removed": n_bytes}
         )
