@@ -30,14 +30,19 @@ def documents(data: Path) -> dict[str, list[tuple[str, str]]]:
     from launch.labelled import LabelledFormat, read_examples
 
     def paragraphs(path: Path) -> list[str]:
-        return [" ".join(p.split()) for p in path.read_text(encoding="utf-8").split("\n\n") if len(p.strip()) > 20]
+        text = path.read_text(encoding="utf-8")
+        return [" ".join(p.split()) for p in text.split("\n\n") if len(p.strip()) > 20]
 
+    def labelled(path: Path) -> list[str]:
+        return read_examples(str(path), LabelledFormat()).texts
+
+    general = [p for f in sorted((data / "en_general").glob("*.txt")) for p in paragraphs(f)]
     sources = {
-        "en-books-news-wiki": ("en", [p for f in sorted((data / "en_general").glob("*.txt")) for p in paragraphs(f)]),
-        "en-film-reviews": ("en", read_examples(str(data / "rt_reviews" / "train.jsonl"), LabelledFormat()).texts),
+        "en-books-news-wiki": ("en", general),
+        "en-film-reviews": ("en", labelled(data / "rt_reviews" / "train.jsonl")),
         "zh-peoples-daily": ("zh", paragraphs(data / "zh_news" / "peoples_daily_199801.txt")),
-        "zh-reviews": ("zh", read_examples(str(data / "zh_sentiment" / "train.tsv"), LabelledFormat()).texts),
-    }  # fmt: skip
+        "zh-reviews": ("zh", labelled(data / "zh_sentiment" / "train.tsv")),
+    }
     out = {}
     for name, (lang, texts) in sources.items():
         rng = random.Random(0)
@@ -89,7 +94,8 @@ def main() -> int:
             start = time.process_time()
             right = sum(identify(text) == lang for lang, text in items)
             seconds = time.process_time() - start
-            row[source] = {"accuracy": round(right / len(items), 4), "docs_per_cpu_s": round(len(items) / seconds)}
+            row[source] = {"accuracy": round(right / len(items), 4),
+                           "docs_per_cpu_s": round(len(items) / seconds)}  # fmt: skip
         results[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
     path = REPO / "bench" / "results" / "language_id.json"
