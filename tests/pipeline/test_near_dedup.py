@@ -99,6 +99,7 @@ def run_near_dedup(texts: list[str], config: CorpusConfig, expected: list) -> No
         assert_that(found, equal_to(expected))
 
 
+@pytest.mark.slow  # a Beam pipeline (or jieba's dictionary) per case: `make test`, not test-quick
 def test_a_cluster_keeps_one_member_whatever_the_order(words):
     base = " ".join(words[5000:5250])
     cluster = [base] + [edited(base, 0.01, seed) for seed in range(3)]  # J about 0.95 to base
@@ -111,6 +112,7 @@ def test_a_cluster_keeps_one_member_whatever_the_order(words):
     run_near_dedup(texts, cfg(), expected)
 
 
+@pytest.mark.slow  # a Beam pipeline (or jieba's dictionary) per case: `make test`, not test-quick
 def test_a_chain_collapses_into_one_cluster(words):
     a = " ".join(words[7000:7400])
     b = edited(a, 0.02, 1)
@@ -129,8 +131,20 @@ def test_a_chain_collapses_into_one_cluster(words):
     run_near_dedup([a, b, c], cfg(), expected)
 
 
+@pytest.mark.slow  # a Beam pipeline (or jieba's dictionary) per case: `make test`, not test-quick
 def test_pairs_below_the_threshold_stay(words):
     base = " ".join(words[9000:9300])
     far = edited(base, 0.15, 5)  # J about 0.45: may share a bucket, must not be confirmed
     assert minhash.true_jaccard(shingles(base), shingles(far)) < 0.6
     run_near_dedup([base, far], cfg(), [])
+
+
+@pytest.mark.slow  # a Beam pipeline (or jieba's dictionary) per case: `make test`, not test-quick
+def test_a_segmenters_words_are_units_too(zh_reviews):
+    import jieba
+
+    review = (zh_reviews / "pos.txt").read_text(encoding="utf-8").split("\n\n")[3].strip()
+    words = minhash.units(review, "segmenter", jieba.lcut)
+    chars = minhash.units(review, "chars")
+    assert "".join(words) == "".join(chars)  # the same text, cut into fewer, longer units
+    assert len(words) < len(chars) and max(map(len, words)) > 1
