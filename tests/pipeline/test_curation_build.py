@@ -169,3 +169,32 @@ def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
         capsys.readouterr().err.strip()
         == f"error: {tmp_path}: no manifest.json here or in seq*/; build the corpus first"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ("--quality_filters", "gopher,c5"),
+            "--quality_filters: unknown c5; expected gopher, c4 or gopher,c4",
+        ),
+        (
+            ("--quality_filters", "c4", "--quality_thresholds", "c4_min_sentence=3"),
+            "unknown threshold 'c4_min_sentence'",
+        ),
+        (("--quality_thresholds", "c4_min_sentences=3"), "--quality_thresholds needs --quality_filters"),
+        (
+            ("--near_dedup_threshold", "1.5"),
+            "--near_dedup_threshold: expected 0 (off) or in (0, 1), found 1.5",
+        ),
+        (("--near_dedup_threshold", "0.8", "--shingle_size", "9"), "--shingle_size: expected 1..8, found 9"),
+        (("--shingle_unit", "segmenter"), "--shingle_unit segmenter needs --word_segmenter"),
+        (("--languages", "English"), "--languages: expected ISO 639-1 codes like en,zh, found English"),
+        (("--min_language_score", "0.5"), "--min_language_score needs --languages"),
+    ],
+)
+def test_curation_mistakes_are_one_line_errors(flags, message):
+    from common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_corpus.parse_args(["--input", "x/*.txt", "--output", "out", "--vocab_size", "99", *flags])
