@@ -40,10 +40,11 @@ _DIGIT = re.compile(r"\d")
 # signature means, as the seed is.
 _MULTIPLIERS = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9],
+     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
+     0x27D4EB2F165667C5, 0x85EBCA77C2B2AE63],
     dtype=np.uint64,
 )  # fmt: skip
-MAX_SHINGLE_SIZE = len(_MULTIPLIERS)
+MAX_SHINGLE_SIZE = len(_MULTIPLIERS)  # 10: Gopher's repetition rules count word n-grams up to 10
 _BLOCK = 4096  # shingles hashed at a time: bounds memory for a long document (4096 x 112 x 8 bytes)
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 
@@ -86,12 +87,17 @@ def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
     if not tokens:
         return np.zeros(0, dtype=np.uint64)
     hashed = np.array([_unit_hash(t) for t in tokens], dtype=np.uint64)
-    k = min(size, len(tokens))
-    n = len(tokens) - k + 1
+    return np.unique(combine(hashed, min(size, len(tokens))))
+
+
+def combine(values: np.ndarray, k: int) -> np.ndarray:
+    """One uint64 per run of `k` consecutive values (k <= MAX_SHINGLE_SIZE):
+    sum(values[i + j] * MULTIPLIERS[j]), wrapping, as intended."""
+    n = len(values) - k + 1
     combined = np.zeros(n, dtype=np.uint64)
-    for j in range(k):  # uint64 arithmetic wraps, as intended
-        combined += hashed[j : j + n] * _MULTIPLIERS[j]
-    return np.unique(combined)
+    for j in range(k):
+        combined += values[j : j + n] * _MULTIPLIERS[j]
+    return combined
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,10 +21,13 @@ sentences is removed, as C4 would remove what was left of it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
-from collections import Counter
 
+import numpy as np
+
+from pipeline import minhash
 from pipeline.text import split_sentences
 
 FILTERS = ("gopher", "c4")
@@ -112,6 +115,7 @@ def is_cjk_document(text: str) -> bool:
     return letters > 0 and len(_CJK_CHAR.findall(text)) > letters / 2
 
 
+@functools.lru_cache(maxsize=2)  # both Gopher families read the words of the same document
 def _words(text: str) -> list[str]:
     return _TOKENS.findall(text)
 
@@ -127,28 +131,56 @@ def _duplicates(parts: list[str]) -> tuple[int, int]:
     return count, chars
 
 
-def _top_ngram_chars(words: list[str], n: int) -> int:
-    """Characters covered by the most frequent n-gram's occurrences (its length x its count)."""
-    grams = Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
-    if not grams:
-        return 0
-    gram, count = grams.most_common(1)[0]
-    return len(gram) * count
+class _NGrams:
+    """A document's words as integer ids, for n-gram counts in numpy: an n-gram is the wrapping
+    polynomial of its ids (`minhash.combine`), its length the characters of its words."""
 
+    def __init__(self, words: list[str]):
+        index: dict[str, int] = {}
+        self.ids = np.array([index.setdefault(w, len(index)) for w in words], dtype=np.uint64)
+        self.ends = np.cumsum([0, *map(len, words)])
 
-def _duplicate_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in n-grams that occurred earlier in the document, scanning left to right and
-    jumping past each repeat (Gopher's definition, as datatrove counts it)."""
-    seen, chars, i = set(), 0, 0
-    while i <= len(words) - n:
-        gram = "".join(words[i : i + n])
-        if gram in seen:
-            chars += len(gram)
-            i += n
-        else:
-            seen.add(gram)
-            i += 1
-    return chars
+    def grams(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(one hash per n-gram position, its characters without spaces)."""
+        if self.ids.size < n:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return minhash.combine(self.ids, n), self.ends[n:] - self.ends[:-n]
+
+    def top_chars(self, n: int) -> int:
+        """Characters covered by the most frequent n-gram's occurrences, spaces between its words
+        included (its length x its count); ties go to the one that occurs first, as
+        `Counter.most_common` does."""
+        grams, chars = self.grams(n)
+        if grams.size == 0:
+            return 0
+        _, first, counts = np.unique(grams, return_index=True, return_counts=True)
+        most = counts.max()
+        at = first[counts == most].min()
+        return int(chars[at] + n - 1) * int(most)
+
+    def duplicate_chars(self, n: int, enough: float) -> int:
+        """Characters in n-grams that occurred earlier in the document, scanning left to right and
+        jumping past each repeat (Gopher's definition, as datatrove counts it). The scan only runs
+        when it could reach `enough`: the characters of every repeated occurrence bound it, and
+        in most text they are far below the limit, which is then the figure returned."""
+        grams, chars = self.grams(n)
+        if grams.size == 0:
+            return 0
+        _, first = np.unique(grams, return_index=True)
+        repeated = np.ones(grams.size, dtype=bool)
+        repeated[first] = False
+        bound = int(chars[repeated].sum())
+        if bound < enough:
+            return bound
+        seen, total, i, values, lengths = set(), 0, 0, grams.tolist(), chars.tolist()
+        while i < len(values):
+            if values[i] in seen:
+                total += lengths[i]
+                i += n
+            else:
+                seen.add(values[i])
+                i += 1
+        return total
 
 
 def gopher_repetition(text: str, cjk: bool, t: Thresholds):
@@ -172,19 +204,22 @@ def gopher_repetition(text: str, cjk: bool, t: Thresholds):
     yield "gopher_duplicate_line_chars", chars / size, chars / size <= t.gopher_max_duplicate_line_chars
     if cjk:
         return
-    words = _words(text)
+    grams = _NGrams(_words(text))
     for n in (2, 3, 4):
-        share = _top_ngram_chars(words, n) / size
+        share = grams.top_chars(n) / size
         yield f"gopher_top_{n}gram", share, share <= getattr(t, f"gopher_max_top_{n}gram")
     for n in range(5, 11):
-        share = _duplicate_ngram_chars(words, n) / size
-        yield f"gopher_duplicate_{n}gram", share, share <= getattr(t, f"gopher_max_duplicate_{n}gram")
+        limit = getattr(t, f"gopher_max_duplicate_{n}gram")
+        share = grams.duplicate_chars(n, enough=limit * size) / size
+        yield f"gopher_duplicate_{n}gram", share, share <= limit
 
 
 def gopher_quality(text: str, cjk: bool, t: Thresholds):
     """Yields (rule, measured, passes) for Gopher's quality rules."""
     words = _words(text)
-    real = [w for w in words if any(c.isalnum() for c in w)]  # not punctuation alone
+    # A token is a run of word characters, a CJK character, or a run of punctuation (`_TOKENS`), so
+    # its first character tells which; a run of word characters is mostly all letters or all digits.
+    real = [w for w in words if w[0].isalnum() or (w[0] == "_" and w.strip("_"))]  # not punctuation
     yield "gopher_word_count", len(real), t.gopher_min_words <= len(real) <= t.gopher_max_words
     n_words = max(len(words), 1)
     if not cjk and real:
@@ -203,7 +238,7 @@ def gopher_quality(text: str, cjk: bool, t: Thresholds):
     yield "gopher_bullet_lines", bullets, bullets <= t.gopher_max_bullet_lines
     ending = sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / len(lines)
     yield "gopher_ellipsis_lines", ending, ending <= t.gopher_max_ellipsis_lines
-    alpha = sum(any(c.isalpha() for c in w) for w in words) / n_words
+    alpha = sum(w.isalpha() or (not w.isdigit() and any(c.isalpha() for c in w)) for w in real) / n_words
     yield "gopher_alpha_words", alpha, alpha >= t.gopher_min_alpha_words
     if not cjk:
         stops = sum(w.lower() in STOP_WORDS for w in words)

@@ -187,7 +187,10 @@ def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
             ("--near_dedup_threshold", "1.5"),
             "--near_dedup_threshold: expected 0 (off) or in (0, 1), found 1.5",
         ),
-        (("--near_dedup_threshold", "0.8", "--shingle_size", "9"), "--shingle_size: expected 1..8, found 9"),
+        (
+            ("--near_dedup_threshold", "0.8", "--shingle_size", "11"),
+            "--shingle_size: expected 1..10, found 11",
+        ),
         (("--shingle_unit", "segmenter"), "--shingle_unit segmenter needs --word_segmenter"),
         (("--languages", "English"), "--languages: expected ISO 639-1 codes like en,zh, found English"),
         (("--min_language_score", "0.5"), "--min_language_score needs --languages"),
