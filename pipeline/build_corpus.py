@@ -88,15 +88,15 @@ def build_pipeline(
     read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=files)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=files)
 
-    def reread(docs, name: str):  # (key, pointer) -> (key, text), read again; tfds: texts already
-        if not files:
-            return docs
+    def by_file_of(docs, name: str = ""):  # (key, (file, index)) -> (file, [(index, key), ...])
         return (
             docs
             | f"ByFile{name}" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
             | f"GroupByFile{name}" >> beam.GroupByKey()
-            | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg))
         )
+
+    def reread(docs, name: str):  # (key, pointer) -> (key, text), read again; tfds: texts already
+        return by_file_of(docs, name) | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg)) if files else docs
 
     kept, curation_stats = unique.docs, []
     if cfg.curating:  # keys, pointers and signatures pass the shuffles here, never text
@@ -108,11 +108,7 @@ def build_pipeline(
                 write_removed_samples(cfg, removed, unique.docs, reread, f"{spill_root(cfgs)}/{CURATION_DIR}")
             )
     if files:  # (file, [(index, key), ...]) of the documents kept
-        by_file = (
-            kept
-            | "ByFile" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
-            | "GroupByFile" >> beam.GroupByKey()
-        )
+        by_file = by_file_of(kept)
 
     def documents(name: str):  # (key, text) of every document kept
         return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if files else kept
