@@ -201,3 +201,19 @@ def test_curation_mistakes_are_one_line_errors(flags, message):
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         build_corpus.parse_args(["--input", "x/*.txt", "--output", "out", "--vocab_size", "99", *flags])
+
+
+@pytest.mark.slow
+def test_chinese_near_copies_by_characters(zh_sample, tmp_path):
+    reviews = [r.strip() for r in (zh_sample / "pos.txt").read_text(encoding="utf-8").split("\n\n")]
+    long_ones = [r for r in reviews if len(r) > 120][:5]
+    copies = [r[:60] + "好" + r[61:] for r in long_ones]  # one character changed in each
+    (tmp_path / "copies.txt").write_text("\n\n".join(copies) + "\n", encoding="utf-8")
+    args = ("--vocab_size", "400", "--vocab_model_type", "wordpiece", "--seq_len", "37", "--dupe_factor", "1",
+            "--near_dedup_threshold", "0.8", "--shingle_unit", "chars",
+            "--curation_samples", "0")  # fmt: skip
+    inputs = f"{zh_sample / '*.txt'},{tmp_path / 'copies.txt'}"
+    manifest = build(tmp_path / "out", "--input", inputs, *args)
+    near = manifest["curation"]["near_dedup"]
+    assert near["documents_removed"] >= len(copies) == 5
+    assert not (tmp_path / "out" / "curation").exists()  # --curation_samples 0: no samples
