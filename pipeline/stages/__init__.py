@@ -18,12 +18,12 @@ Stats travel as `Counter`s on a "stats" output and are summed once (`SumCounters
 Beam counter in the `bertbeam` namespace, so a Dataflow job shows them as it runs.
 """
 
-from pipeline.stages.common import BadInputError, SumCounters
+from pipeline.stages.common import BadInputError, Removal, SumCounters
 from pipeline.stages.create_instances import CreateInstances
 from pipeline.stages.curate import CURATION_DIR, CurateDocuments, DropRemoved, SampleRemoved, write_samples
 from pipeline.stages.dedup import DeduplicateDocuments
 from pipeline.stages.manifest import WriteManifest, write_manifest
-from pipeline.stages.near_dedup import NearDeduplicate, Removal
+from pipeline.stages.near_dedup import NearDeduplicate
 from pipeline.stages.plan import PlanGroups, estimate_instances, make_plan
 from pipeline.stages.read import ReadDocuments, ReadFileDocuments, RereadDocuments
 from pipeline.stages.tokenize import TokenizeDocuments

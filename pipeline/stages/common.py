@@ -1,8 +1,10 @@
-"""What every stage shares: the bad-input error and the stats counters."""
+"""What every stage shares: the bad-input error, the stats counters, and why curation removed a
+document."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -36,3 +38,13 @@ class SumCounters(beam.CombineFn):
 
     def extract_output(self, acc):
         return dict(acc)
+
+
+class Removal(NamedTuple):
+    """Why a document leaves the corpus, for the manifest's counts and the audit's samples."""
+
+    stage: str  # near_dedup, quality or language
+    reason: str  # near_duplicate, a quality rule's name, or language / language_score
+    value: object  # what was measured: a cluster's size, a rule's figure, a language
+    bytes: int  # the document's UTF-8 size
+    kept: int | None = None  # near_dedup: the content key of the cluster's kept document

@@ -12,8 +12,7 @@ import apache_beam as beam
 from pipeline import files, language, quality
 from pipeline import progress as _progress
 from pipeline.config import CorpusConfig
-from pipeline.stages.common import count_stats
-from pipeline.stages.near_dedup import Removal
+from pipeline.stages.common import Removal, count_stats
 
 
 class FilterDocuments(beam.DoFn):

@@ -15,7 +15,6 @@ for a web crawl with a third duplicated, about 100 bytes per duplicated document
 from __future__ import annotations
 
 from collections import Counter
-from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -23,21 +22,11 @@ import numpy as np
 from pipeline import minhash, segment
 from pipeline import progress as _progress
 from pipeline.config import CorpusConfig
-from pipeline.stages.common import count_stats
+from pipeline.stages.common import Removal, count_stats
 
 # A bucket holding more documents than this pairs each with its smallest key only, not with every
 # other (n^2 pairs): its members share a whole band, so they are near each other already.
 ALL_PAIRS_UP_TO = 32
-
-
-class Removal(NamedTuple):
-    """Why a document leaves the corpus, for the manifest's counts and the audit's samples."""
-
-    stage: str  # near_dedup, quality or language
-    reason: str  # near_duplicate, a quality rule's name, or language / language_score
-    value: object  # what was measured: a cluster's size, a rule's figure, a language
-    bytes: int  # the document's UTF-8 size
-    kept: int | None = None  # near_dedup: the content key of the cluster's kept document
 
 
 class _Sign(beam.DoFn):
