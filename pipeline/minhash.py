@@ -112,6 +112,7 @@ class MinHasher:
     def size(self) -> int:
         return self.bands * self.rows
 
+    @functools.cached_property  # drawn once per hasher, not once per document
     def _seeds(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)  # PCG64: the same draws on every machine
         return rng.integers(0, np.iinfo(np.uint64).max, size=self.size, dtype=np.uint64, endpoint=True)
@@ -121,7 +122,7 @@ class MinHasher:
         no shingles."""
         if shingles.size == 0:
             return None
-        seeds = self._seeds()
+        seeds = self._seeds
         smallest = np.full(self.size, np.iinfo(np.uint64).max, dtype=np.uint64)
         for start in range(0, shingles.size, _BLOCK):
             block = shingles[start : start + _BLOCK, None]
