@@ -62,21 +62,26 @@ setup: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW)
 
+# The cases run in WORKERS processes (pytest-xdist; default one per CPU the OS shows, at most 4;
+# WORKERS=0 runs them in this process). Each worker takes whole modules: their fixtures are built once.
+WORKERS ?= logical
+PYTEST = $(BIN)/python -m pytest -q -n $(WORKERS) --maxprocesses 4 --dist loadscope --no-loadscope-reorder
+
 # Every case (README, CI).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # While working: everything but the cases marked slow (end-to-end, resume and reliability runs).
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'not slow'
+	$(PYTEST) -m 'not slow'
 
 # The reliability suite alone (also part of `make test`), ending with its summary table.
 test-reliability: $(STAMP)
-	$(BIN)/python -m pytest -q tests/reliability
+	$(PYTEST) tests/reliability
 
 # Only the slow cases.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

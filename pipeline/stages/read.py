@@ -194,7 +194,10 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pipeline):
         if self._cfg.format == "tfds":
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
-        total = _input_bytes(self._cfg.input_patterns)
+        # A dry run builds the job and reads nothing: no glob (on gs:// without credentials it
+        # retries for two minutes before it gives up).
+        dry_run = pipeline.pipeline.options.get_all_options().get("dry_run")
+        total = None if dry_run else _input_bytes(self._cfg.input_patterns)
         read = ReadFileDocuments(self._cfg, total, os.getpid(), pointers=self._pointers)
         return (
             pipeline

@@ -1,7 +1,12 @@
 """The general-text fetchers' cleaning, on markup like the dumps' own (the downloads themselves run
-in the benchmark and `make data`)."""
+in the benchmark and `make data`), and fetchers in several processes taking turns."""
 
-from pipeline.fetch_corpora import wiki_pages, wiki_text
+import itertools
+import multiprocessing
+import time
+from pathlib import Path
+
+from pipeline.fetch_corpora import _one_at_a_time, wiki_pages, wiki_text
 
 # A paragraph is one line in wikitext; these are long, so they are written in parts.
 MARKUP = "\n".join([
@@ -41,3 +46,33 @@ def test_only_articles_are_pages():
       <page><title>Talk:A</title><ns>1</ns><revision><text>Talk text.</text></revision></page>
     </mediawiki>""".encode()
     assert wiki_pages(xml) == ["Article text."]
+
+
+@_one_at_a_time
+def _slow_fetch(dest: str) -> Path:
+    """Stands for a download: notes when it ran, and writes its file unless it is there."""
+    target = Path(dest) / "corpus.txt"
+    start = time.monotonic()
+    if not target.exists():
+        time.sleep(0.3)
+        (Path(dest) / "corpus.part").write_text("text")
+        (Path(dest) / "corpus.part").rename(target)
+    with open(Path(dest) / "spans", "a") as spans:
+        spans.write(f"{start} {time.monotonic()}\n")
+    return target
+
+
+def test_processes_fetching_into_one_folder_take_turns(tmp_path):
+    # Three processes start at once; each holds the folder while it fetches, so their spans
+    # never overlap and the later ones find the file the first one wrote.
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_slow_fetch, args=(str(tmp_path),)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    spans = sorted(tuple(map(float, line.split())) for line in (tmp_path / "spans").read_text().splitlines())
+    assert len(spans) == 3
+    assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
+    assert (tmp_path / "corpus.txt").read_text() == "text"

@@ -95,3 +95,36 @@ def test_cjk_text_is_measured_in_characters(zh_reviews):
     assert "gopher_stop_words" not in measured and "gopher_mean_word_length" not in measured
     brief = ended[0][:40] + "。"  # 41 characters
     assert quality.first_failure(brief, ("gopher",), quality.Thresholds())[0] == "gopher_word_count"
+
+
+def reference_duplicate_chars(words: list[str], n: int) -> int:
+    """Gopher's duplicated n-gram characters, written the plain way (datatrove's loop over word
+    tuples): scanning left to right, a repeat counts its characters and is jumped past."""
+    seen, total, i = set(), 0, 0
+    while i + n <= len(words):
+        gram = tuple(words[i : i + n])
+        if gram in seen:
+            total, i = total + sum(map(len, gram)), i + n
+        else:
+            seen.add(gram)
+            i += 1
+    return total
+
+
+def test_ngram_repetition_matches_the_plain_scan(botchan):
+    # Real prose, then the same with runs of it repeated at odd offsets, so the scan has repeats
+    # that overlap, jump into each other and start mid-run.
+    words = quality._TOKENS.findall(" ".join(botchan.read_text(encoding="utf-8").split()[7000:7611]))
+    repeated = words[:97] + words[40:113] + words[:23] + words[5:61] + words[200:]
+    for text_words in (words, repeated):
+        exact = {n: reference_duplicate_chars(text_words, n) for n in range(5, 11)}
+        grams = quality._NGrams(text_words)
+        assert [grams.duplicate_chars(n, enough=0) for n in exact] == list(exact.values())  # the scan
+        # Below the limit a bound may stand for the figure (a shorter n-gram's repeats for the
+        # longer ones); the rule's decision is the exact figure's at every limit.
+        for limit in sorted({0, 1, *exact.values(), *(v + 1 for v in exact.values()), 10**9}):
+            grams = quality._NGrams(text_words)
+            for n in exact:
+                figure = grams.duplicate_chars(n, enough=limit)
+                assert figure >= exact[n] and (figure <= limit) == (exact[n] <= limit), (n, limit)
+    assert reference_duplicate_chars(repeated, 10) > reference_duplicate_chars(words, 5)  # repeats planted
