@@ -62,10 +62,11 @@ setup: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW)
 
-# The cases run in WORKERS processes (pytest-xdist; default one per CPU the OS shows, at most 4;
-# WORKERS=0 runs them in this process). Each worker takes whole modules: their fixtures are built once.
+# The cases run in WORKERS processes (pytest-xdist): one per CPU the OS shows, at most 2, since a
+# worker that has trained in process holds up to 4 GB; WORKERS=0 runs them in this process. Each
+# worker takes whole modules, so their fixtures are built once.
 WORKERS ?= logical
-PYTEST = $(BIN)/python -m pytest -q -n $(WORKERS) --maxprocesses 4 --dist loadscope --no-loadscope-reorder
+PYTEST = $(BIN)/python -m pytest -q -n $(WORKERS) --maxprocesses 2 --dist loadscope --no-loadscope-reorder
 
 # Every case (README, CI).
 test: $(STAMP)
