@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import bz2
-import contextlib
 import csv
 import fcntl
 import functools
@@ -78,11 +77,13 @@ def _one_at_a_time(fetch):
         if folder in _held_locks:
             return fetch(dest)
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".fetch.lock", "w") as lock, contextlib.ExitStack() as release:
+        with open(folder / ".fetch.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             _held_locks.add(folder)
-            release.callback(_held_locks.discard, folder)
-            return fetch(dest)
+            try:
+                return fetch(dest)
+            finally:
+                _held_locks.discard(folder)
 
     return locked
 

@@ -149,7 +149,11 @@ class _NGrams:
         """(one hash per n-gram position, its characters without spaces)."""
         if self.ids.size < n:
             return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-        return minhash.combine(self.ids, n), self.ends[n:] - self.ends[:-n]
+        return minhash.combine(self.ids, n), self.chars(n)
+
+    def chars(self, n: int) -> np.ndarray:
+        """The characters of each n-gram position's words, without spaces."""
+        return self.ends[n:] - self.ends[:-n]
 
     def top_chars(self, n: int) -> int:
         """Characters covered by the most frequent n-gram's occurrences, spaces between its words
@@ -175,7 +179,7 @@ class _NGrams:
         stop there for n = 6..10."""
         if self.ids.size < n:
             return 0
-        chars = self.ends[n:] - self.ends[:-n]
+        chars = self.chars(n)
         smaller = [m for m in self._repeated if m < n]
         if smaller:
             bound = int(chars[self._repeated[max(smaller)][: chars.size]].sum())
