@@ -59,6 +59,7 @@ from pipeline.stages import (
     TrainVocab,
     WriteManifest,
     WriteShards,
+    is_dry_run,
     write_samples,
     write_vocab,
 )
@@ -200,7 +201,7 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
     given_vocab = load_given_vocab(cfg)
     check_quality_thresholds(cfg)
     segmenter = check_segmenter(cfg)
-    dry_run = bool(options.get_all_options().get("dry_run"))
+    dry_run = is_dry_run(options)
     if not dry_run:
         check_inputs(cfg)
         if len(cfgs) > 1:  # --output then holds only seq*/ folders: a reader finds each by length
@@ -391,7 +392,7 @@ def summary(manifest: schema.Manifest) -> str:
 def _build_and_report(argv: list[str] | None) -> None:
     cfgs, options = parse_args(sys.argv[1:] if argv is None else argv)
     build(cfgs, options)
-    if not options.get_all_options().get("dry_run"):
+    if not is_dry_run(options):
         for cfg in cfgs:
             print(summary(schema.read_manifest(cfg.output_dir)))
 

@@ -18,7 +18,7 @@ Stats travel as `Counter`s on a "stats" output and are summed once (`SumCounters
 Beam counter in the `bertbeam` namespace, so a Dataflow job shows them as it runs.
 """
 
-from pipeline.stages.common import BadInputError, Removal, SumCounters
+from pipeline.stages.common import BadInputError, Removal, SumCounters, is_dry_run
 from pipeline.stages.create_instances import CreateInstances
 from pipeline.stages.curate import CURATION_DIR, CurateDocuments, DropRemoved, SampleRemoved, write_samples
 from pipeline.stages.dedup import DeduplicateDocuments
@@ -51,6 +51,7 @@ __all__ = [
     "WriteManifest",
     "WriteShards",
     "estimate_instances",
+    "is_dry_run",
     "make_plan",
     "write_manifest",
     "write_vocab",

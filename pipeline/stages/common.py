@@ -40,6 +40,12 @@ class SumCounters(beam.CombineFn):
         return dict(acc)
 
 
+def is_dry_run(options) -> bool:
+    """Whether Beam's options ask only to build the job (Dataflow's `--dry_run`): nothing is read
+    or written, so nothing the build would check or size beforehand exists."""
+    return bool(options.get_all_options().get("dry_run"))
+
+
 class Removal(NamedTuple):
     """Why a document leaves the corpus, for the manifest's counts and the audit's samples."""
 

@@ -20,7 +20,7 @@ from pipeline import progress as _progress
 from pipeline import text
 from pipeline.config import CorpusConfig
 from pipeline.keys import content_key
-from pipeline.stages.common import BadInputError, count_stats
+from pipeline.stages.common import BadInputError, count_stats, is_dry_run
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -196,8 +196,7 @@ class ReadDocuments(beam.PTransform):
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
         # A dry run builds the job and reads nothing: no glob (on gs:// without credentials it
         # retries for two minutes before it gives up).
-        dry_run = pipeline.pipeline.options.get_all_options().get("dry_run")
-        total = None if dry_run else _input_bytes(self._cfg.input_patterns)
+        total = None if is_dry_run(pipeline.pipeline.options) else _input_bytes(self._cfg.input_patterns)
         read = ReadFileDocuments(self._cfg, total, os.getpid(), pointers=self._pointers)
         return (
             pipeline
