@@ -36,10 +36,12 @@ from launch.hf_checkpoint import (
     load_hf_checkpoint,
 )
 from launch.hf_electra import load_hf_electra
+from launch.hf_modernbert import load_hf_modernbert, modernbert_config
 from model.bert import ENCODER_LAYERS, weights_by_path
 from model.config import BertConfig
 
-HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT folder
+HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or ModernBERT folder
+HF_LOADERS = {"electra": load_hf_electra, "modernbert": load_hf_modernbert}  # else BERT's
 
 
 class CheckpointError(BertbeamError):
@@ -188,14 +190,14 @@ def _checkpoint_key(group: str, path: str) -> str:
 def warm_start(model: keras.Model, source: str) -> list[str]:
     """Weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint, a
     Google BERT release (its folder, or a bert_model.ckpt prefix), or `hf:DIR`, a Hugging Face
-    BERT or ELECTRA discriminator folder (config.json + model.safetensors). Returns the layers the
+    BERT, ELECTRA discriminator or ModernBERT folder (config.json + model.safetensors). Returns the layers the
     source has no weights for, which keep their fresh initialisation (a head, a pooler, ELECTRA's
     generator), and prints them. Errors name --init_checkpoint."""
     source = source.rstrip("/")
     try:
         if source.startswith(HF_PREFIX):
             folder = source.removeprefix(HF_PREFIX)
-            load = load_hf_electra if hf_model_type(folder) == "electra" else load_hf_checkpoint
+            load = HF_LOADERS.get(hf_model_type(folder), load_hf_checkpoint)
             fresh = load(model, folder)
         else:
             path = _checkpoint_path(source)
@@ -242,7 +244,7 @@ def read_bert_config(path: str) -> BertConfig:
         raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     try:
         if is_hf_config(raw):
-            return hf_bert_config(path)
+            return modernbert_config(path) if raw.get("model_type") == "modernbert" else hf_bert_config(path)
         if "num_hidden_layers" in raw:
             return google_bert_config(path)
         return BertConfig.from_json(text)

@@ -18,7 +18,7 @@ bert_config.json    the model's shape; train_config.json: the run that made it
 
 --format hf: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and the vocab,
 which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (launch/hf_checkpoint.py);
-an ELECTRA run writes two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and
+a ModernBERT run writes `ModernBertForMaskedLM`'s (launch/hf_modernbert.py); an ELECTRA run writes two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and
 OUTPUT/generator (`ElectraForMaskedLM`) (launch/hf_electra.py).
 --format google: bert_model.ckpt.*, bert_config.json and the vocab, under google-research/bert's
 variable names (launch/google_checkpoint.py).
@@ -41,6 +41,7 @@ from launch.config import TrainConfig  # noqa: E402
 from launch.google_checkpoint import google_config_json, save_google_checkpoint  # noqa: E402
 from launch.hf_checkpoint import save_hf  # noqa: E402
 from launch.hf_electra import save_hf_electra  # noqa: E402
+from launch.hf_modernbert import save_hf_modernbert  # noqa: E402
 from launch.models import pretraining_model  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
 from model.bert import encoder_from  # noqa: E402
@@ -139,6 +140,15 @@ def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = No
         return f"exported {path} ({fmt}) to {output}"
     vocab_file = VocabFile.of_corpus(manifest)
     electra = "rtd" in model.output  # an ELECTRA run: a discriminator and a generator
+    if bert.modern and (electra or fmt == "google"):
+        raise ExportError(
+            f"--model_dir {model_dir}: a ModernBERT {'ELECTRA ' if electra else ''}run exports as "
+            f"{'keras' if electra else 'hf (ModernBertForMaskedLM) or keras'}; "
+            f"{'transformers has no ModernBERT ELECTRA' if electra else 'google-research/bert has no such block'}"
+        )
+    if fmt == "hf" and bert.modern:
+        save_hf_modernbert(model, bert, vocab_file, output)
+        return f"exported {path} ({fmt}): ModernBertForMaskedLM to {output}"
     if fmt == "hf" and electra:
         generator = generator_config(bert, config.pretraining_objective.generator_size)
         folders = save_hf_electra(model, bert, generator, vocab_file, output)

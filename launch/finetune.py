@@ -224,11 +224,12 @@ def _lower_case(flag: str, folder: str, hf: bool) -> bool:
 # === Model ===
 
 
-def default_pooling(pooler_trained: bool) -> str:
+def default_pooling(pooler_trained: bool, bert: BertConfig) -> str:
     """--pooling auto: the [CLS] pooler where pretraining trained it (NSP/SOP), else the mean of
     the real tokens' outputs: an untrained pooler is one more fresh layer between the encoder and
-    the head (docs/finetune.md has the measurement)."""
-    return "cls" if pooler_trained else "mean"
+    the head (docs/finetune.md has the measurement). ModernBERT: the mean, as its own classifier
+    (answerdotai/ModernBERT-*'s classifier_pooling)."""
+    return "cls" if pooler_trained and not bert.modern else "mean"
 
 
 def build_classifier(encoder: keras.Model, num_labels: int, dropout: float, seed: int,
@@ -260,7 +261,7 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
     that start fresh (the head always; the pooler when it is read and was never trained)."""
     encoder = build_encoder(source.bert, config.seq_len)
     fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
-    pooling = default_pooling("pooler" not in fresh) if config.pooling == "auto" else config.pooling
+    pooling = default_pooling("pooler" not in fresh, source.bert) if config.pooling == "auto" else config.pooling
     classifier = build_classifier(encoder, num_labels, source.bert.dropout, config.seed, pooling)
     decay = 1.0 if config.from_scratch else config.layer_decay
     multipliers = None

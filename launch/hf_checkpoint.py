@@ -256,11 +256,11 @@ def hf_bert_config(path: str) -> BertConfig:
 
 
 def is_hf_config(raw: dict) -> bool:
-    return raw.get("model_type") in ("bert", "electra") or "transformers_version" in raw
+    return raw.get("model_type") in ("bert", "electra", "modernbert") or "transformers_version" in raw
 
 
 def hf_model_type(folder: str) -> str:
-    """config.json's model_type ("bert", "electra"; "bert" when unsaid)."""
+    """config.json's model_type ("bert", "electra", "modernbert"; "bert" when unsaid)."""
     path = f"{folder}/config.json"
     if not tf.io.gfile.exists(path):
         return "bert"

@@ -1,5 +1,7 @@
 """A compact BERT from Keras built-in layers, smallest piece first:
 position embedding -> transformer block -> encoder -> pretraining heads -> build functions.
+The encoder and heads also carry ModernBERT's block (model/modernbert.py) when the config says
+`architecture: modernbert`: its embeddings have no segments or position table, its norms no bias.
 
 Shapes: B batch, T sequence (seq_len), H hidden, E embedding width (H unless set), P
 max_predictions, V vocab.
@@ -69,6 +71,8 @@ class PositionEmbedding(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class TransformerBlock(keras.layers.Layer):
     """Self-attention + feed-forward, each with a residual and LayerNorm (post-LN as BERT, or pre-LN)."""
+
+    architecture = "bert"
 
     def __init__(
         self,
@@ -211,8 +215,14 @@ def encoder_inputs(seq_len: int) -> dict:
     }
 
 
+def layer_norm(config: BertConfig, name: str) -> keras.layers.LayerNormalization:
+    """A LayerNorm of `config`'s epsilon; ModernBERT's have no bias (`center`)."""
+    return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, center=not config.modern, name=name)
+
+
 def encoder_layers(config: BertConfig) -> dict:
-    """The encoder's layers, by the names checkpoints and `encoder_from` know them by."""
+    """The encoder's layers, by the names checkpoints and `encoder_from` know them by. ModernBERT
+    has no segment or position embedding (None here): its blocks rotate q and k instead."""
     stddev = config.initializer_range
     width = config.embedding_width
     return {
@@ -222,16 +232,18 @@ def encoder_layers(config: BertConfig) -> dict:
             embeddings_initializer=initializer(stddev),
             name="token_embedding",
         ),
-        "segment_embedding": OneHotEmbedding(
+        "segment_embedding": None
+        if config.modern
+        else OneHotEmbedding(
             config.type_vocab_size,
             width,
             embeddings_initializer=initializer(stddev),
             name="segment_embedding",
         ),
-        "position_embedding": PositionEmbedding(config.max_position, stddev, name="position_embedding"),
-        "embedding_norm": keras.layers.LayerNormalization(
-            epsilon=config.layer_norm_epsilon, name="embedding_norm"
-        ),
+        "position_embedding": None
+        if config.modern
+        else PositionEmbedding(config.max_position, stddev, name="position_embedding"),
+        "embedding_norm": layer_norm(config, "embedding_norm"),
         "embedding_dropout": keras.layers.Dropout(config.dropout, name="embedding_dropout"),
         "embedding_projection": keras.layers.Dense(
             config.hidden_size, kernel_initializer=initializer(stddev), name="embedding_projection"
@@ -239,14 +251,16 @@ def encoder_layers(config: BertConfig) -> dict:
         if width != config.hidden_size
         else None,
         "blocks": transformer_blocks(config),
-        "final_norm": keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="final_norm")
-        if config.pre_layer_norm
-        else None,
+        "final_norm": layer_norm(config, "final_norm") if config.final_norm else None,
     }
 
 
-def transformer_blocks(config: BertConfig, prefix: str = "") -> list[TransformerBlock]:
-    """`num_layers` blocks of `config`'s shape, named `{prefix}transformer_{i}`."""
+def transformer_blocks(config: BertConfig, prefix: str = "") -> list[keras.layers.Layer]:
+    """`num_layers` blocks of `config`'s shape and architecture, named `{prefix}transformer_{i}`."""
+    if config.modern:
+        from model.modernbert import modern_blocks  # here: that module builds on this one
+
+        return modern_blocks(config, prefix)
     return [
         TransformerBlock(
             hidden_size=config.hidden_size,
@@ -264,10 +278,25 @@ def transformer_blocks(config: BertConfig, prefix: str = "") -> list[Transformer
 
 
 def embed(layers: dict, inputs: dict):
-    """(token + segment + position embeddings, normalised: (B, T, E); attention mask (B, T, T))."""
-    x = layers["token_embedding"](inputs["input_ids"]) + layers["segment_embedding"](inputs["segment_ids"])
-    x = layers["embedding_dropout"](layers["embedding_norm"](layers["position_embedding"](x)))
+    """(token + segment + position embeddings, normalised: (B, T, E); attention mask (B, T, T)).
+    ModernBERT: the token embedding alone, normalised, and the mask as its blocks take it
+    (`modernbert.attention_ids`, (B, T))."""
+    x = layers["token_embedding"](inputs["input_ids"])
+    if layers["segment_embedding"] is not None:
+        x = x + layers["segment_embedding"](inputs["segment_ids"])
+    if layers["position_embedding"] is not None:
+        x = layers["position_embedding"](x)
+    x = layers["embedding_dropout"](layers["embedding_norm"](x))
+    if is_modern(layers):
+        from model.modernbert import attention_ids  # here: that module builds on this one
+
+        return x, attention_ids(inputs["input_mask"], inputs["document_ids"])
     return x, attention_mask(inputs["input_mask"], inputs["document_ids"])
+
+
+def is_modern(layers: dict) -> bool:
+    """The encoder's blocks are ModernBERT's."""
+    return layers["blocks"][0].architecture == "modernbert"
 
 
 def run_blocks(layers: dict, x, mask, query_positions=None):
@@ -294,13 +323,19 @@ def encode(layers: dict, inputs: dict, query_positions=None):
 
 
 def masked_lm_logits(x, token_embedding, *, width: int, activation, epsilon: float, stddev: float,
-                     prefix: str = ""):  # fmt: skip
+                     prefix: str = "", use_bias: bool = True):  # fmt: skip
     """The masked-LM head on the gathered positions (B, P, H): transform to E, activation,
-    LayerNorm, then the output projection tied to the token embedding, plus a bias: (B, P, V)."""
+    LayerNorm, then the output projection tied to the token embedding, plus a bias: (B, P, V).
+    Without `use_bias` (ModernBERT's head), the transform and the norm have none; the output
+    bias stays."""
     h = keras.layers.Dense(
-        width, activation=activation, kernel_initializer=initializer(stddev), name=f"{prefix}mlm_transform"
+        width,
+        activation=activation,
+        use_bias=use_bias,
+        kernel_initializer=initializer(stddev),
+        name=f"{prefix}mlm_transform",
     )(x)
-    h = keras.layers.LayerNormalization(epsilon=epsilon, name=f"{prefix}mlm_norm")(h)
+    h = keras.layers.LayerNormalization(epsilon=epsilon, center=use_bias, name=f"{prefix}mlm_norm")(h)
     return BiasAdd(name=f"{prefix}mlm_bias")(token_embedding(h, reverse=True))
 
 
@@ -330,6 +365,7 @@ def build_pretraining_model(
         activation=ACTIVATIONS[config.hidden_act],
         epsilon=config.layer_norm_epsilon,
         stddev=config.initializer_range,
+        use_bias=not config.modern,
     )  # (B, P, V)
     # Logits in float32 also under a bf16/fp16 policy: the softmax over V needs the range.
     outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)}

@@ -1,4 +1,5 @@
-"""`BertConfig`: the encoder's shape, with the usual presets and a JSON round trip."""
+"""`BertConfig`: the encoder's shape (the 2018 BERT block, or ModernBERT's), with the usual presets
+and a JSON round trip."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import json
 
 from common.errors import ConfigError, need
 
+ARCHITECTURES = ("bert", "modernbert")
+
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     vocab_size: int  # rows of the token embedding (and of the tied MLM output projection)
+    # "bert": the 2018 block (model/bert.py); "modernbert": ModernBERT's (model/modernbert.py):
+    # pre-norm without biases, GeGLU, rotary positions, local and global attention, no segments.
+    architecture: str = "bert"
     hidden_size: int = 128  # H: width of every token's vector
     num_layers: int = 2  # transformer blocks
     num_heads: int = 2  # attention heads; hidden_size must divide by it
@@ -28,8 +34,28 @@ class BertConfig:
     # embeddings to H before the first block (ELECTRA-small's 128 -> 256), and the MLM head maps
     # back to E for the output projection tied to the token embedding.
     embedding_size: int | None = None
+    # modernbert only: the sliding window's width (a token sees those within local_attention // 2
+    # on either side), one global layer every n (layer i is global when i % n == 0), and RoPE's
+    # base on each kind of layer, as transformers' ModernBertConfig.
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
 
     def __post_init__(self):
+        need(
+            self.architecture in ARCHITECTURES,
+            f"architecture: expected one of {', '.join(ARCHITECTURES)}, found {self.architecture!r}",
+        )
+        if self.modern:
+            need(not self.pre_layer_norm, "pre_layer_norm: modernbert blocks are always pre-norm; leave it false")
+            for name in ("local_attention", "global_attn_every_n_layers"):
+                need(getattr(self, name) >= 1, f"{name}: expected >= 1, found {getattr(self, name)}")
+            need(
+                (self.hidden_size // self.num_heads) % 2 == 0,
+                f"hidden_size / num_heads: rotary positions need an even head width, found "
+                f"{self.hidden_size // self.num_heads}",
+            )
         need(
             self.hidden_act in ("gelu", "gelu_approximate"),
             f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}",
@@ -53,6 +79,19 @@ class BertConfig:
         )
 
     @property
+    def modern(self) -> bool:
+        return self.architecture == "modernbert"
+
+    @property
+    def final_norm(self) -> bool:
+        """A LayerNorm after the last block: pre-norm blocks leave their output unnormalised."""
+        return self.pre_layer_norm or self.modern
+
+    def is_global(self, layer: int) -> bool:
+        """modernbert: layer `layer` attends over the whole row (else over its window)."""
+        return layer % self.global_attn_every_n_layers == 0
+
+    @property
     def embedding_width(self) -> int:
         """E: the token, segment and position embeddings' width."""
         return self.embedding_size or self.hidden_size
@@ -60,15 +99,7 @@ class BertConfig:
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:
         need(name in PRESETS, f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        layers, hidden, heads = PRESETS[name]
-        return cls(
-            vocab_size=vocab_size,
-            hidden_size=hidden,
-            num_layers=layers,
-            num_heads=heads,
-            intermediate_size=4 * hidden,
-            **overrides,
-        )
+        return cls(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -85,12 +116,30 @@ class BertConfig:
         return cls(**values)
 
 
-# name: (layers, hidden, heads), as in google-research/bert's smaller models and BERT base/large.
+def _bert(layers: int, hidden: int, heads: int) -> dict:
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden)
+
+
+def _modern(layers: int, hidden: int, intermediate: int, heads: int) -> dict:
+    # ModernBERT's: no dropout anywhere, LayerNorm epsilon 1e-5, 8,192 positions (RoPE has no
+    # table, so this is only the longest row a corpus may have).
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=intermediate,
+                architecture="modernbert", dropout=0.0, layer_norm_epsilon=1e-5, max_position=8192)  # fmt: skip
+
+
+# BERT's as google-research/bert's smaller models and BERT base/large; ModernBERT's base and large
+# as answerdotai/ModernBERT-*, and the small ones at the BERT presets' widths and parameter counts
+# (a ModernBERT block has 8.5 H^2 weights at GeGLU width 1.5 H, BERT's 12 H^2: 1.5x the layers).
 PRESETS = {
-    "tiny": (2, 128, 2),
-    "mini": (4, 256, 4),
-    "small": (4, 512, 8),
-    "medium": (8, 512, 8),
-    "base": (12, 768, 12),
-    "large": (24, 1024, 16),
+    "tiny": _bert(2, 128, 2),
+    "mini": _bert(4, 256, 4),
+    "small": _bert(4, 512, 8),
+    "medium": _bert(8, 512, 8),
+    "base": _bert(12, 768, 12),
+    "large": _bert(24, 1024, 16),
+    "modern-tiny": _modern(3, 128, 192, 2),
+    "modern-mini": _modern(6, 256, 384, 4),
+    "modern-small": _modern(6, 512, 768, 8),
+    "modern-base": _modern(22, 768, 1152, 12),
+    "modern-large": _modern(28, 1024, 2624, 16),
 }

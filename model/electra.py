@@ -41,6 +41,7 @@ from model.bert import (
     encoder_inputs,
     encoder_layers,
     initializer,
+    layer_norm,
     masked_lm_logits,
     run_blocks,
     transformer_blocks,
@@ -168,11 +169,7 @@ def build_electra_model(
         if small.hidden_size != config.embedding_width
         else None,
         "blocks": transformer_blocks(small, prefix=GENERATOR),
-        "final_norm": keras.layers.LayerNormalization(
-            epsilon=config.layer_norm_epsilon, name=f"{GENERATOR}final_norm"
-        )
-        if config.pre_layer_norm
-        else None,
+        "final_norm": layer_norm(config, f"{GENERATOR}final_norm") if config.final_norm else None,
     }
 
     # Generator: the row as masked (80/10/10); its last block only at the P selected positions.

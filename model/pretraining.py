@@ -75,8 +75,16 @@ class Objective:
 
 def _encoder_flops(config: BertConfig, t: int) -> float:
     """Forward matmul FLOPs of an encoder on T tokens: the embedding projection (when E != H);
-    per block the Q, K, V and output projections, the two feed-forward matmuls, attention scores
-    and context."""
+    per block the Q, K, V and output projections, the two feed-forward matmuls (GeGLU's input is
+    two), attention scores and context. A ModernBERT local layer's scores count only the keys in
+    its window (local_attention + 1 of them, at most T): the model needs no more, whatever a
+    backend computes."""
     h, i, e = config.hidden_size, config.intermediate_size, config.embedding_width
-    per_layer = 2 * t * 4 * h * h + 2 * t * 2 * h * i + 2 * 2 * t * t * h
-    return config.num_layers * per_layer + (2 * t * e * h if e != h else 0)
+    feed_forward = 2 * t * (3 if config.modern else 2) * h * i
+    total = 0.0
+    for layer in range(config.num_layers):
+        keys = t
+        if config.modern and not config.is_global(layer):
+            keys = min(t, config.local_attention + 1)
+        total += 2 * t * 4 * h * h + feed_forward + 2 * 2 * t * keys * h
+    return total + (2 * t * e * h if e != h else 0)

@@ -1,0 +1,227 @@
+"""Hugging Face's ModernBERT format, out and in: `ModernBertForMaskedLM` folders (config.json with its
+own field names, model.safetensors, the tokenizer).
+
+    save_hf_modernbert(model, bert, vocab_file, "out/hf")   # transformers.ModernBertForMaskedLM
+    load_hf_modernbert(model, "ModernBERT-base")            # --init_checkpoint hf:DIR
+    modernbert_config("ModernBERT-base/config.json")        # its shape as a BertConfig
+
+Names map one to one (model/modernbert.py keeps transformers' layout): `transformer_3/qkv` is
+`model.layers.3.attn.Wqkv` (the fused projection, its output laid out (3, heads, head width) in
+both), `mlp_input` is `mlp.Wi` (GeGLU's input half first, then the gate), the first block has
+no `attn_norm`, and the head is `head.{dense, norm}` + `decoder`, whose weight is tied to the
+token embedding (not saved) and whose bias is ours. Dense kernels are transposed (torch's Linear
+stores (out, in)); LayerNorms have weights only (norm_bias false). Weights are read and written
+with numpy: no torch needed here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from launch.hf_checkpoint import HFCheckpointError, WEIGHTS, read_hf_tensors, write_hf_folder
+from model.bert import count_blocks, weights_by_path
+from model.config import BertConfig
+from pipeline.vocab import VocabFile
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}  # ours -> transformers'
+FROM_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_approximate", "gelu_new": "gelu_approximate"}
+BASE = "model."  # ModernBertForMaskedLM's prefix for the encoder; a bare ModernBertModel has none
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    ours: str  # Keras weight path
+    hf: str  # transformers' state-dict name
+    kernel: bool = False  # a Dense kernel: transposed between the two
+
+
+def mappings(model: keras.Model) -> list[Row]:
+    """Every weight of a ModernBERT pretraining model or encoder under ModernBertForMaskedLM's
+    names (the head where the model has one). The pooler and an NSP head have no place there."""
+    names = {layer.name for layer in model.layers}
+    rows = [Row("token_embedding/embeddings", "model.embeddings.tok_embeddings.weight"),
+            Row("embedding_norm/gamma", "model.embeddings.norm.weight")]  # fmt: skip
+    for i in range(count_blocks(names)):
+        ours, theirs = f"transformer_{i}", f"model.layers.{i}"
+        if i > 0:  # the first block reads normalised embeddings: no norm before its attention
+            rows.append(Row(f"{ours}/attention_norm/gamma", f"{theirs}.attn_norm.weight"))
+        rows += [
+            Row(f"{ours}/qkv/kernel", f"{theirs}.attn.Wqkv.weight", kernel=True),
+            Row(f"{ours}/attention_output/kernel", f"{theirs}.attn.Wo.weight", kernel=True),
+            Row(f"{ours}/mlp_norm/gamma", f"{theirs}.mlp_norm.weight"),
+            Row(f"{ours}/mlp_input/kernel", f"{theirs}.mlp.Wi.weight", kernel=True),
+            Row(f"{ours}/mlp_output/kernel", f"{theirs}.mlp.Wo.weight", kernel=True),
+        ]
+    rows.append(Row("final_norm/gamma", "model.final_norm.weight"))
+    if "mlm_transform" in names:
+        rows += [Row("mlm_transform/kernel", "head.dense.weight", kernel=True),
+                 Row("mlm_norm/gamma", "head.norm.weight"),
+                 Row("mlm_bias/bias", "decoder.bias")]  # fmt: skip
+    return rows
+
+
+def is_head(row: Row) -> bool:
+    return not row.hf.startswith(BASE)
+
+
+# === Out ===
+
+
+def hf_modernbert_config(bert: BertConfig, special_ids: dict[str, int]) -> dict:
+    """ModernBertConfig's fields for `bert`, with the corpus vocab's [PAD]/[CLS]/[SEP]/[MASK] ids.
+    RoPE's bases are written both ways: `rope_parameters` per layer type (transformers 5) and
+    `global_rope_theta`/`local_rope_theta` (4.48 and later read those)."""
+    if not bert.modern:
+        raise HFCheckpointError("ModernBertForMaskedLM: the model is not architecture modernbert")
+    layer_types = ["full_attention" if bert.is_global(i) else "sliding_attention" for i in range(bert.num_layers)]
+    return {
+        "architectures": ["ModernBertForMaskedLM"],
+        "model_type": "modernbert",
+        "vocab_size": bert.vocab_size,
+        "hidden_size": bert.hidden_size,
+        "num_hidden_layers": bert.num_layers,
+        "num_attention_heads": bert.num_heads,
+        "intermediate_size": bert.intermediate_size,
+        "hidden_activation": ACTIVATIONS[bert.hidden_act],
+        "classifier_activation": ACTIVATIONS[bert.hidden_act],
+        "max_position_embeddings": bert.max_position,
+        "initializer_range": bert.initializer_range,
+        "initializer_cutoff_factor": 2.0,
+        "norm_eps": bert.layer_norm_epsilon,
+        "norm_bias": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "classifier_bias": False,
+        "decoder_bias": True,
+        "attention_dropout": bert.dropout,
+        "embedding_dropout": bert.dropout,
+        "mlp_dropout": bert.dropout,
+        "local_attention": bert.local_attention,
+        "global_attn_every_n_layers": bert.global_attn_every_n_layers,
+        "layer_types": layer_types,
+        "global_rope_theta": bert.global_rope_theta,
+        "local_rope_theta": bert.local_rope_theta,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": bert.global_rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": bert.local_rope_theta},
+        },
+        # What ModernBERT's own classifier does, and what `launch.finetune --pooling auto` picks.
+        "classifier_pooling": "mean",
+        "pad_token_id": special_ids["pad"],
+        "cls_token_id": special_ids["cls"],
+        "bos_token_id": special_ids["cls"],
+        "sep_token_id": special_ids["sep"],
+        "eos_token_id": special_ids["sep"],
+        "mask_token_id": special_ids["mask"],
+        "tie_word_embeddings": True,
+        "dtype": "float32",
+    }
+
+
+def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
+    """ModernBertForMaskedLM's state dict (float32, C-contiguous) from the model's variables; the
+    decoder weight is tied to the token embedding, so it is not among them."""
+    weights = weights_by_path(model)
+    out = {}
+    for row in mappings(model):
+        value = np.asarray(keras.ops.convert_to_numpy(weights[row.ours]), np.float32)
+        out[row.hf] = np.ascontiguousarray(value.T if row.kernel else value)
+    return out
+
+
+def save_hf_modernbert(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str) -> None:
+    """config.json, model.safetensors, the vocab and its tokenizer files (launch/hf_checkpoint.py)."""
+    config = hf_modernbert_config(bert, vocab_file.load().special_ids)
+    write_hf_folder(folder, config, hf_tensors(model), vocab_file, bert.max_position)
+
+
+# === In ===
+
+
+def modernbert_config(path: str) -> BertConfig:
+    """A transformers ModernBertConfig (config.json) as a BertConfig. What our block cannot do is a
+    one-line error: biases, a layer pattern other than one global layer every n, scaled RoPE."""
+    with tf.io.gfile.GFile(path) as f:
+        raw = json.load(f)
+
+    def field(name, default):
+        return raw.get(name, default)
+
+    for name, want in (("norm_bias", False), ("attention_bias", False), ("mlp_bias", False),
+                       ("classifier_bias", False), ("decoder_bias", True)):  # fmt: skip
+        if field(name, want) != want:
+            raise HFCheckpointError(f"{path}: {name} {raw[name]}; bertbeam's ModernBERT has {want}")
+    act = field("hidden_activation", "gelu")
+    if act not in FROM_HF_ACTIVATIONS or field("classifier_activation", act) != act:
+        raise HFCheckpointError(
+            f"{path}: hidden_activation {act!r}, classifier_activation "
+            f"{field('classifier_activation', act)!r}; expected the same one of {', '.join(FROM_HF_ACTIVATIONS)}"
+        )
+    layers = raw["num_hidden_layers"]
+    every = field("global_attn_every_n_layers", 3)
+    expected = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
+    if field("layer_types", expected) != expected:
+        raise HFCheckpointError(
+            f"{path}: layer_types {raw['layer_types']}; expected full_attention every {every} layers from the first"
+        )
+    rope = field("rope_parameters", None) or {}
+    thetas = {}
+    for kind, legacy, default in (("full_attention", "global_rope_theta", 160_000.0),
+                                  ("sliding_attention", "local_rope_theta", 10_000.0)):  # fmt: skip
+        params = rope.get(kind) or {}
+        if params.get("rope_type", "default") != "default":
+            raise HFCheckpointError(f"{path}: rope_parameters.{kind}.rope_type {params['rope_type']!r}; expected default")
+        thetas[legacy] = float(params.get("rope_theta", field(legacy, default)))
+    dropouts = {field(name, 0.0) for name in ("attention_dropout", "embedding_dropout", "mlp_dropout")}
+    return BertConfig(
+        architecture="modernbert",
+        vocab_size=raw["vocab_size"],
+        hidden_size=raw["hidden_size"],
+        num_layers=layers,
+        num_heads=raw["num_attention_heads"],
+        intermediate_size=raw["intermediate_size"],
+        max_position=field("max_position_embeddings", 8192),
+        dropout=max(dropouts),  # one rate for all three here; ModernBERT's are all 0
+        initializer_range=field("initializer_range", 0.02),
+        layer_norm_epsilon=field("norm_eps", 1e-5),
+        hidden_act=FROM_HF_ACTIVATIONS[act],
+        local_attention=field("local_attention", 128),
+        global_attn_every_n_layers=every,
+        **thetas,
+    )
+
+
+def load_hf_modernbert(model: keras.Model, folder: str) -> list[str]:
+    """Assigns every weight from `folder/model.safetensors` (ModernBertForMaskedLM's names, or a
+    bare ModernBertModel's without `model.`). A missing or mis-shaped tensor is a one-line error
+    before anything is assigned; only the MLM head may be missing (a ModernBertModel has none),
+    and keeps its fresh values. Returns the weights that stay fresh: those, and any the format
+    has no place for (a pooler, an NSP head)."""
+    folder = folder.rstrip("/")
+    path = f"{folder}/{WEIGHTS}"
+    tensors = read_hf_tensors(folder)
+    weights = weights_by_path(model)
+    values = {}
+    for row in mappings(model):
+        found = next((k for k in (row.hf, row.hf.removeprefix(BASE)) if k in tensors), None)
+        if found is None:
+            if is_head(row):
+                continue
+            raise HFCheckpointError(f"{path}: no tensor {row.hf} (for {row.ours})")
+        value = tensors[found].astype(np.float32)
+        value = value.T if row.kernel else value
+        want = tuple(weights[row.ours].shape)
+        if value.shape != want:
+            raise HFCheckpointError(
+                f"{path}: {found} has shape {tensors[found].shape}, the model's {row.ours} needs "
+                f"{want[::-1] if row.kernel else want}"
+            )
+        values[row.ours] = value
+    for ours, value in values.items():
+        weights[ours].assign(value)
+    return [p for p in weights if p not in values]
