@@ -337,3 +337,56 @@ def test_a_sigkilled_electra_run_resumes_bit_exactly(command, tmp_path, report):
         detail=f"seed {seed}; killed at step {targets[0]}; both networks' weights, "
         f"slots, the sampler's state, history and eval bit-identical to an uninterrupted run",
     )
+
+
+MODERN_STEPS = 40  # phase 1 (33 tokens, batch 8): steps 1-20; phase 2 (45 tokens, batch 6): 21-40
+
+
+def test_a_sigkilled_modernbert_run_in_two_phases_resumes_bit_exactly(mixture_command, tmp_path_factory,
+                                                                       tmp_path, report):  # fmt: skip
+    """ModernBERT's block (odd sizes, 3 layers so one is global, a window of 8 that both lengths
+    exceed) in two phases across lengths, RoPE needing no position table to grow: killed once in
+    each phase, it ends with the weights, slots, history and eval of an uninterrupted run."""
+    mixture = mixture_command(tmp_path)
+    vocab = BertConfig.from_json(Path(mixture[mixture.index("--bert_config") + 1]).read_text()).vocab_size
+    bert = tmp_path_factory.mktemp("modern") / "bert.json"
+    bert.write_text(BertConfig(vocab, architecture="modernbert", hidden_size=24, num_layers=3, num_heads=3,
+                               intermediate_size=29, local_attention=8, dropout=0.1,
+                               max_position=8192).to_json())  # fmt: skip
+
+    def modern(model_dir: Path) -> list[str]:
+        argv = mixture_command(model_dir)
+        argv[argv.index("--bert_config") + 1] = str(bert)
+        argv[argv.index("--train_steps") + 1] = str(MODERN_STEPS)
+        return argv
+
+    reference = tmp_path / "reference"
+    process = start(modern(reference), tmp_path / "reference.log")
+    assert process.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-3000:]
+    reference_pid = process.pid
+    seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    targets = [rng.randrange(6, 18), rng.randrange(26, 36)]
+    resumed = tmp_path / "resumed"
+    segments = kill_at_steps(modern, resumed, targets, tmp_path, seed)
+    resumed_from = checkpointed_step(resumed)
+    final = start(modern(resumed), tmp_path / "final.log")
+    assert final.wait(timeout=600) == 0, (tmp_path / "final.log").read_text()[-3000:]
+    segments.append((final.pid, resumed_from))
+
+    assert_same_variables(resumed, reference, seed)
+    assert any("qkv" in n for n in checkpoint_variables(reference))  # ModernBERT's weights
+    stream = read_trace(reference, reference_pid)
+    seen = trained_batches(resumed, segments, MODERN_STEPS, seed)
+    assert seen == [stream[i] for i in range(MODERN_STEPS)], f"seed {seed}"
+    assert [len(stream[i].split(",")) for i in (0, MODERN_STEPS - 1)] == [8, 6]  # each phase's batch
+    history = [json.loads(line) for line in (resumed / "history.jsonl").read_text().splitlines()]
+    reference_history = [json.loads(line) for line in (reference / "history.jsonl").read_text().splitlines()]
+    assert without_timing(history) == without_timing(reference_history)
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert (resumed / "eval.json").read_text() == (reference / "eval.json").read_text()
+    report(
+        "ModernBERT run in two phases SIGKILLed in each, resumed",
+        detail=f"seed {seed}; kills at steps {targets[0]} (seq 33) and {targets[1]} (seq 45); weights, "
+        "slots, history and eval bit-identical to an uninterrupted run",
+    )

@@ -1,0 +1,102 @@
+"""A ModernBERT run end to end on a real corpus, through the same entry points as BERT's: it learns,
+launch.evaluate reports it, the Hugging Face export loads in transformers with the run's logits,
+launch.finetune fine-tunes it (mean pooling, as ModernBERT's classifier), mixed precision and
+ELECTRA train it. (SIGKILL and two phases: tests/reliability/test_killed_training.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from launch.evaluate import evaluate_corpus
+from launch.export import ExportError, export_as, restore
+from launch.finetune import finetune
+from launch.train import train
+from model.config import BertConfig
+from pipeline.input import InputConfig, make_dataset
+from pipeline.schema import read_manifest
+from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
+from tests.launch.test_hf_checkpoint import load_quietly
+from tests.launch.test_pretrain import run_config
+
+pytestmark = pytest.mark.slow  # trains end to end
+
+
+@pytest.fixture(scope="module")
+def modern_config(small_corpus, tmp_path_factory) -> Path:
+    """Odd sizes (H 24, 3 heads, GeGLU 29, 3 layers: one global), a window of 8 in 32-token rows."""
+    vocab = read_manifest(str(small_corpus)).vocab.size
+    path = tmp_path_factory.mktemp("modern") / "bert.json"
+    path.write_text(BertConfig(vocab, architecture="modernbert", hidden_size=24, num_layers=3, num_heads=3,
+                               intermediate_size=29, local_attention=8, dropout=0.0, layer_norm_epsilon=1e-5,
+                               max_position=8192).to_json())  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def modern_run(small_corpus, modern_config, tmp_path_factory) -> Path:
+    model_dir = tmp_path_factory.mktemp("modern_run")
+    train(run_config(small_corpus, model_dir, modern_config, export=True))
+    return model_dir
+
+
+def test_it_learns_and_evaluates(modern_run, small_corpus):
+    rows = [json.loads(line) for line in (modern_run / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, rows
+    assert json.loads((modern_run / "bert_config.json").read_text())["architecture"] == "modernbert"
+    found = evaluate_corpus(str(modern_run), str(small_corpus), batch_size=16)
+    final = json.loads((modern_run / "eval.json").read_text())
+    assert found["mlm_loss"] == pytest.approx(final["mlm_loss"], rel=1e-4)
+
+
+def test_the_hf_export_gives_the_runs_logits_in_transformers(modern_run, small_corpus, tmp_path):
+    line = export_as("hf", str(modern_run), str(tmp_path / "hf"))
+    assert "ModernBertForMaskedLM" in line
+    hf_model, info, warnings = load_quietly(transformers.ModernBertForMaskedLM, tmp_path / "hf")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not [m for m in warnings if "weight" in m.lower()], warnings
+    model = restore(str(modern_run))[0]
+    manifest = read_manifest(str(small_corpus))
+    data = make_dataset(manifest, "validation", InputConfig(8, training=False, features=tuple(model.input)))
+    batch = next(iter(data))
+    x = {k: np.asarray(v) for k, v in batch[0].items()}
+    assert (x["document_ids"].max(1) > x["document_ids"].min(1)).any()  # rows that pack documents
+    ours = np.asarray(model(x, training=False)["mlm"])
+    # transformers knows no documents in a row: give it the run's masks, per layer type (additive).
+    ids = np.where(x["input_mask"] > 0, x["document_ids"] + 1, 0)
+    visible = (ids[:, :, None] == ids[:, None, :]) & (ids[:, None, :] > 0)
+    window = np.abs(np.arange(32)[:, None] - np.arange(32)[None]) <= 4
+    masks = {kind: torch.from_numpy(np.where(v, 0.0, -1e9).astype(np.float32)[:, None])
+             for kind, v in (("full_attention", visible), ("sliding_attention", visible & window))}  # fmt: skip
+    hf_model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        logits = hf_model(input_ids=torch.from_numpy(x["input_ids"].astype(np.int64)),
+                          attention_mask=masks).logits.numpy()  # fmt: skip
+    theirs = np.take_along_axis(logits, x["masked_lm_positions"][:, :, None].astype(np.int64), axis=1)
+    assert np.abs(ours - theirs).max() <= 1e-4
+    assert (tmp_path / "hf" / "tokenizer.json").exists()
+    with pytest.raises(ExportError, match="ModernBERT run exports as hf"):
+        export_as("google", str(modern_run), str(tmp_path / "google"))
+
+
+def test_fine_tuning_uses_mean_pooling_and_learns(modern_run, topics):  # noqa: F811
+    result = finetune(config(modern_run, topics, epochs=3, export=False))
+    results = json.loads((Path(result["output"]) / "eval.json").read_text())
+    assert results["recipe"]["pooling"] == "mean" and results["recipe"]["fresh"] == ["classifier"]
+    assert results["test"]["accuracy"] > 0.4  # three topics: chance is about 0.33
+
+
+@pytest.mark.parametrize("overrides", [{"mixed_precision": "bf16"}, {"objective": "electra", "generator_size": 1 / 3}],
+                         ids=["bf16", "electra"])  # fmt: skip
+def test_mixed_precision_and_electra_train_it(small_corpus, modern_config, tmp_path, overrides):
+    result = train(run_config(small_corpus, tmp_path / "run", modern_config, train_steps=20, eval_steps=1,
+                              checkpoint_every=20, eval_every=20, **overrides))  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(r["loss"]) for r in rows) and rows[-1]["loss"] < rows[0]["loss"], rows
+    assert result is not None
