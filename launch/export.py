@@ -18,8 +18,9 @@ bert_config.json    the model's shape; train_config.json: the run that made it
 
 --format hf: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and the vocab,
 which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (launch/hf_checkpoint.py);
-a ModernBERT run writes `ModernBertForMaskedLM`'s (launch/hf_modernbert.py); an ELECTRA run writes two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and
-OUTPUT/generator (`ElectraForMaskedLM`) (launch/hf_electra.py).
+a ModernBERT run writes `ModernBertForMaskedLM`'s (launch/hf_modernbert.py); an ELECTRA run writes
+two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and OUTPUT/generator
+(`ElectraForMaskedLM`) (launch/hf_electra.py).
 --format google: bert_model.ckpt.*, bert_config.json and the vocab, under google-research/bert's
 variable names (launch/google_checkpoint.py).
 """
@@ -141,11 +142,13 @@ def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = No
     vocab_file = VocabFile.of_corpus(manifest)
     electra = "rtd" in model.output  # an ELECTRA run: a discriminator and a generator
     if bert.modern and (electra or fmt == "google"):
-        raise ExportError(
-            f"--model_dir {model_dir}: a ModernBERT {'ELECTRA ' if electra else ''}run exports as "
-            f"{'keras' if electra else 'hf (ModernBertForMaskedLM) or keras'}; "
-            f"{'transformers has no ModernBERT ELECTRA' if electra else 'google-research/bert has no such block'}"
+        formats, why = (
+            ("keras", "transformers has no ModernBERT ELECTRA")
+            if electra
+            else ("hf (ModernBertForMaskedLM) or keras", "google-research/bert has no such block")
         )
+        kind = "ModernBERT ELECTRA" if electra else "ModernBERT"
+        raise ExportError(f"--model_dir {model_dir}: a {kind} run exports as {formats}; {why}")
     if fmt == "hf" and bert.modern:
         save_hf_modernbert(model, bert, vocab_file, output)
         return f"exported {path} ({fmt}): ModernBertForMaskedLM to {output}"

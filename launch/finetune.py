@@ -66,6 +66,9 @@ from pipeline.vocab import VocabFile, kind_of  # noqa: E402
 HF_PREFIX = "hf:"
 CLASSIFIER = "classifier.keras"
 SERVING = "serving"
+# A release's vocab, first found first: BERT's, sentencepiece's, then a tokenizer.json alone
+# (ModernBERT's BPE; bertbeam's own exports hold one beside the vocab they were built with).
+VOCAB_FILES = ("vocab.txt", "vocab.model", "tokenizer.json")
 
 
 class FinetuneError(BertbeamError):
@@ -199,11 +202,9 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
     bert_config = config.bert_config or f"{folder}/{'config.json' if hf else 'bert_config.json'}"
     if not tf.io.gfile.exists(bert_config):
         raise FinetuneError(f"--init_checkpoint {source}: no {bert_config}; pass --bert_config FILE")
-    vocab_path = next(
-        (f"{folder}/{n}" for n in ("vocab.txt", "vocab.model") if tf.io.gfile.exists(f"{folder}/{n}")), None
-    )
+    vocab_path = next((f"{folder}/{n}" for n in VOCAB_FILES if tf.io.gfile.exists(f"{folder}/{n}")), None)
     if vocab_path is None:
-        raise FinetuneError(f"--init_checkpoint {source}: no vocab.txt or vocab.model in {folder}")
+        raise FinetuneError(f"--init_checkpoint {source}: no {', '.join(VOCAB_FILES)} in {folder}")
     with tf.io.gfile.GFile(vocab_path, "rb") as f:
         data = f.read()
     kind = kind_of(vocab_path)
@@ -261,7 +262,9 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
     that start fresh (the head always; the pooler when it is read and was never trained)."""
     encoder = build_encoder(source.bert, config.seq_len)
     fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
-    pooling = default_pooling("pooler" not in fresh, source.bert) if config.pooling == "auto" else config.pooling
+    pooling = (
+        default_pooling("pooler" not in fresh, source.bert) if config.pooling == "auto" else config.pooling
+    )
     classifier = build_classifier(encoder, num_labels, source.bert.dropout, config.seed, pooling)
     decay = 1.0 if config.from_scratch else config.layer_decay
     multipliers = None
@@ -383,7 +386,9 @@ def plot_confusion(confusion: list[list[int]], names: list[str], title: str, pat
 def save_serving(
     classifier: keras.Model, text_encoder: TextEncoder, names: list[str], pairs: bool, path: str
 ):
-    """A SavedModel whose serving signature takes raw strings: the tokeniser runs inside it."""
+    """A SavedModel whose serving signature takes raw strings: the tokeniser runs inside it. A
+    tokenizer.json vocab has no graph tokeniser (launch/text_encoder.py): its signature takes the
+    model inputs instead, which `tokenizers` with the vocab beside it gives."""
     label_names_tensor = tf.constant(names)
 
     def predict(inputs):
@@ -399,6 +404,20 @@ def save_serving(
     text = tf.TensorSpec((None,), tf.string, name="text")
     archive = keras.export.ExportArchive()
     archive.track(classifier)
+    if not text_encoder.graph_tokenizer:
+        seq_len = text_encoder.seq_len
+        specs = [tf.TensorSpec((None, seq_len), tf.int32, name=name) for name in INPUTS]
+        archive.add_endpoint(
+            "serving_default",
+            lambda ids, mask, segments: predict(
+                {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+            ),
+            input_signature=specs,
+        )
+        archive.write_out(path, verbose=False)
+        print(f"note: {path} takes input_ids, input_mask, segment_ids: tensorflow-text has no byte-level "
+              "BPE to run a tokenizer.json inside it", file=sys.stderr)  # fmt: skip
+        return
     archive.track(text_encoder)
     if pairs:
         pair = tf.TensorSpec((None,), tf.string, name="text_pair")

@@ -41,7 +41,11 @@ FROM_HF_ACTIVATIONS = {
     "gelu_new": "gelu_approximate",
     "gelu_pytorch_tanh": "gelu_approximate",
 }
-TOKENIZER_CLASS = {"wordpiece": "BertTokenizer", "sentencepiece": "PreTrainedTokenizerFast"}
+TOKENIZER_CLASS = {
+    "wordpiece": "BertTokenizer",
+    "sentencepiece": "PreTrainedTokenizerFast",
+    "tokenizer": "PreTrainedTokenizerFast",
+}
 MASKED_LM_ONLY = ("bert/pooler/", "cls/seq_relationship/")  # not part of BertForMaskedLM
 
 
@@ -132,17 +136,23 @@ def write_hf_folder(folder: str, config: dict, tensors: dict[str, np.ndarray], v
         vocab_file.file_name: vocab_file.data,
     }
     tokenizer = hf_tokenizer(vocab_file)
+    vocab = vocab_file.load()
+    if vocab_file.kind == "tokenizer":  # already the tokenizer: kept byte for byte, its own token names
+        pieces = {key: vocab.tokens[index] for key, index in vocab.special_ids.items()}
+    else:
+        pieces = SPECIAL_PIECES
     if tokenizer is None:
         print(f"note: no Hugging Face tokenizer for this {vocab_file.kind} vocab (a bpe model); "
               f"{folder} has the weights and {vocab_file.file_name} only", file=sys.stderr)  # fmt: skip
     else:
-        files["tokenizer.json"] = tokenizer.to_str().encode()
+        if vocab_file.kind != "tokenizer":
+            files["tokenizer.json"] = tokenizer.to_str().encode()
         files["tokenizer_config.json"] = json.dumps(
             {
                 "tokenizer_class": TOKENIZER_CLASS[vocab_file.kind],
                 "do_lower_case": vocab_file.lower_case,
                 "model_max_length": model_max_length,
-                **{f"{key}_token": piece for key, piece in SPECIAL_PIECES.items()},
+                **{f"{key}_token": piece for key, piece in pieces.items()},
             },
             indent=2,
             sort_keys=True,
@@ -161,6 +171,8 @@ def hf_tokenizer(vocab_file: VocabFile):
     from tokenizers import AddedToken, Tokenizer, decoders, processors
 
     vocab = vocab_file.load()
+    if vocab_file.kind == "tokenizer":  # a tokenizer.json: itself
+        return Tokenizer.from_str(vocab_file.data.decode("utf-8"))
     if vocab_file.kind == "wordpiece":
         tokenizer = Tokenizer.from_str(vocab.tokenizer.to_str())  # a copy
         tokenizer.decoder = decoders.WordPiece(prefix="##")

@@ -23,13 +23,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from launch.hf_checkpoint import HFCheckpointError, WEIGHTS, read_hf_tensors, write_hf_folder
+from launch.hf_checkpoint import WEIGHTS, HFCheckpointError, read_hf_tensors, write_hf_folder
 from model.bert import count_blocks, weights_by_path
 from model.config import BertConfig
 from pipeline.vocab import VocabFile
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}  # ours -> transformers'
-FROM_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_approximate", "gelu_new": "gelu_approximate"}
+FROM_HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_approximate",
+    "gelu_new": "gelu_approximate",
+}
 BASE = "model."  # ModernBertForMaskedLM's prefix for the encoder; a bare ModernBertModel has none
 
 
@@ -78,7 +82,9 @@ def hf_modernbert_config(bert: BertConfig, special_ids: dict[str, int]) -> dict:
     `global_rope_theta`/`local_rope_theta` (4.48 and later read those)."""
     if not bert.modern:
         raise HFCheckpointError("ModernBertForMaskedLM: the model is not architecture modernbert")
-    layer_types = ["full_attention" if bert.is_global(i) else "sliding_attention" for i in range(bert.num_layers)]
+    layer_types = [
+        "full_attention" if bert.is_global(i) else "sliding_attention" for i in range(bert.num_layers)
+    ]
     return {
         "architectures": ["ModernBertForMaskedLM"],
         "model_type": "modernbert",
@@ -160,14 +166,16 @@ def modernbert_config(path: str) -> BertConfig:
     if act not in FROM_HF_ACTIVATIONS or field("classifier_activation", act) != act:
         raise HFCheckpointError(
             f"{path}: hidden_activation {act!r}, classifier_activation "
-            f"{field('classifier_activation', act)!r}; expected the same one of {', '.join(FROM_HF_ACTIVATIONS)}"
+            f"{field('classifier_activation', act)!r}; expected the same one of "
+            f"{', '.join(FROM_HF_ACTIVATIONS)}"
         )
     layers = raw["num_hidden_layers"]
     every = field("global_attn_every_n_layers", 3)
     expected = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
     if field("layer_types", expected) != expected:
         raise HFCheckpointError(
-            f"{path}: layer_types {raw['layer_types']}; expected full_attention every {every} layers from the first"
+            f"{path}: layer_types {raw['layer_types']}; expected full_attention every {every} layers "
+            "from the first"
         )
     rope = field("rope_parameters", None) or {}
     thetas = {}
@@ -175,7 +183,9 @@ def modernbert_config(path: str) -> BertConfig:
                                   ("sliding_attention", "local_rope_theta", 10_000.0)):  # fmt: skip
         params = rope.get(kind) or {}
         if params.get("rope_type", "default") != "default":
-            raise HFCheckpointError(f"{path}: rope_parameters.{kind}.rope_type {params['rope_type']!r}; expected default")
+            raise HFCheckpointError(
+                f"{path}: rope_parameters.{kind}.rope_type {params['rope_type']!r}; expected default"
+            )
         thetas[legacy] = float(params.get("rope_theta", field(legacy, default)))
     dropouts = {field(name, 0.0) for name in ("attention_dropout", "embedding_dropout", "mlp_dropout")}
     return BertConfig(

@@ -14,6 +14,11 @@ same vocab runs as tensorflow-text ops, which a SavedModel can carry:
   splits, greedy longest-match WordPiece).
 Both give the pipeline's ids on every text of both demo corpora and both labelled sets
 (tests/launch/test_finetune.py checks it on real text).
+- tokenizer.json (ModernBERT's byte-level BPE): tensorflow-text has no byte-level BPE op, so
+  `tokenizers` runs it in Python (the pipeline's own code, so the same ids) through
+  `tf.py_function`. That works wherever the Python process runs the graph, training included,
+  but a SavedModel cannot carry it: `graph_tokenizer` says so, and the fine-tuned SavedModel of
+  such a vocab takes token ids instead (launch/finetune.py).
 
 Layout, as google-research/bert's run_classifier: [CLS] a [SEP] (b [SEP]), segment ids 0 then 1,
 zero padding to seq_len. Too long: tokens come off the end of the longer text first (BERT's
@@ -39,7 +44,10 @@ class TextEncoder(tf.Module):
         self.lower_case = bool(vocab_file.lower_case)
         self.cls_id = vocab.special_ids["cls"]
         self.sep_id = vocab.special_ids["sep"]
-        if vocab_file.kind == "sentencepiece":
+        self.vocab = vocab
+        if vocab_file.kind == "tokenizer":
+            self.tokenizer = None
+        elif vocab_file.kind == "sentencepiece":
             self.tokenizer = tft.SentencepieceTokenizer(model=vocab_file.data, out_type=tf.int32)
         else:
             table = tf.lookup.StaticHashTable(
@@ -58,8 +66,15 @@ class TextEncoder(tf.Module):
                 max_bytes_per_word=800,
             )
 
+    @property
+    def graph_tokenizer(self) -> bool:
+        """The tokeniser is graph ops, which a SavedModel can carry (not a tokenizer.json's)."""
+        return self.kind != "tokenizer"
+
     def tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
         """(B,) strings -> (B, None) int32 token ids, no special tokens."""
+        if self.kind == "tokenizer":
+            return self._python_tokenize(text)
         if self.kind == "sentencepiece":
             return self.tokenizer.tokenize(text)
         text = tf.strings.regex_replace(text, r"[\t\n\r\p{Zs}]", " ")
@@ -69,6 +84,17 @@ class TextEncoder(tf.Module):
             text = tf.strings.regex_replace(text, r"\p{Mn}", "")
             text = tf.strings.lower(text, encoding="utf-8")
         return tf.cast(self.tokenizer.tokenize(text).merge_dims(-2, -1), tf.int32)
+
+    def _python_tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
+        def encode(strings):
+            ids = self.vocab.encode([s.decode("utf-8") for s in strings.numpy()])
+            flat = [i for row in ids for i in row]
+            return tf.constant(flat, tf.int32, (len(flat),)), tf.constant([len(r) for r in ids], tf.int64)
+
+        values, lengths = tf.py_function(encode, [text], [tf.int32, tf.int64])
+        values.set_shape([None])
+        lengths.set_shape([None])
+        return tf.RaggedTensor.from_row_lengths(values, lengths)
 
     def __call__(self, text: tf.Tensor, pair: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
         segments = [self.tokenize(text)] if pair is None else [self.tokenize(text), self.tokenize(pair)]

@@ -217,7 +217,9 @@ def encoder_inputs(seq_len: int) -> dict:
 
 def layer_norm(config: BertConfig, name: str) -> keras.layers.LayerNormalization:
     """A LayerNorm of `config`'s epsilon; ModernBERT's have no bias (`center`)."""
-    return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, center=not config.modern, name=name)
+    return keras.layers.LayerNormalization(
+        epsilon=config.layer_norm_epsilon, center=not config.modern, name=name
+    )
 
 
 def encoder_layers(config: BertConfig) -> dict:

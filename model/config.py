@@ -48,7 +48,10 @@ class BertConfig:
             f"architecture: expected one of {', '.join(ARCHITECTURES)}, found {self.architecture!r}",
         )
         if self.modern:
-            need(not self.pre_layer_norm, "pre_layer_norm: modernbert blocks are always pre-norm; leave it false")
+            need(
+                not self.pre_layer_norm,
+                "pre_layer_norm: modernbert blocks are always pre-norm; leave it false",
+            )
             for name in ("local_attention", "global_attn_every_n_layers"):
                 need(getattr(self, name) >= 1, f"{name}: expected >= 1, found {getattr(self, name)}")
             need(
@@ -123,8 +126,8 @@ def _bert(layers: int, hidden: int, heads: int) -> dict:
 def _modern(layers: int, hidden: int, intermediate: int, heads: int) -> dict:
     # ModernBERT's: no dropout anywhere, LayerNorm epsilon 1e-5, 8,192 positions (RoPE has no
     # table, so this is only the longest row a corpus may have).
-    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=intermediate,
-                architecture="modernbert", dropout=0.0, layer_norm_epsilon=1e-5, max_position=8192)  # fmt: skip
+    shape = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=intermediate)
+    return dict(shape, architecture="modernbert", dropout=0.0, layer_norm_epsilon=1e-5, max_position=8192)
 
 
 # BERT's as google-research/bert's smaller models and BERT base/large; ModernBERT's base and large

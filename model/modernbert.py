@@ -77,7 +77,9 @@ def attention_ids(input_mask, document_ids):
 
 def _visible(query_ids, key_ids):
     """(..., Tq), (..., Tk) -> (..., Tq, Tk) bool."""
-    return ops.logical_and(ops.equal(query_ids[..., :, None], key_ids[..., None, :]), key_ids[..., None, :] > 0)
+    return ops.logical_and(
+        ops.equal(query_ids[..., :, None], key_ids[..., None, :]), key_ids[..., None, :] > 0
+    )
 
 
 def _softmax_attend(scores, visible, values, dropout: keras.layers.Layer, training):
@@ -177,12 +179,16 @@ class ModernBlock(keras.layers.Layer):
 
         # === Layers ===
         def dense(units, stddev, name):
-            return keras.layers.Dense(units, use_bias=False, kernel_initializer=initializer(stddev), name=name)
+            return keras.layers.Dense(
+                units, use_bias=False, kernel_initializer=initializer(stddev), name=name
+            )
 
         def norm(name):
             return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, center=False, name=name)
 
-        self.attention_norm = keras.layers.Identity(name="attention_norm") if first else norm("attention_norm")
+        self.attention_norm = (
+            keras.layers.Identity(name="attention_norm") if first else norm("attention_norm")
+        )
         self.qkv = dense(3 * hidden_size, initializer_range, "qkv")
         self.attention_probs_dropout = keras.layers.Dropout(dropout, name="attention_probs_dropout")
         self.attention_output = dense(hidden_size, output_initializer_range, "attention_output")

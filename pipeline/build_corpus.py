@@ -240,8 +240,8 @@ def check_quality_thresholds(cfg: CorpusConfig) -> None:
 
 
 def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
-    """The given --vocab, checked before the pipeline starts: a sentencepiece .model, or Google
-    BERT's WordPiece vocab.txt."""
+    """The given --vocab, checked before the pipeline starts: a sentencepiece .model, Google
+    BERT's WordPiece vocab.txt, or a Hugging Face tokenizer.json (ModernBERT's BPE)."""
     if cfg.vocab is None:
         return None
     kind = kind_of(cfg.vocab)

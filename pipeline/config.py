@@ -66,7 +66,9 @@ class CorpusConfig:
     tfds_split: str = field("train", "tfds: split to read")
     tfds_data_dir: str | None = field(None, "tfds: where the prepared dataset lives")
     vocab: str | None = field(
-        None, "an existing vocab with BERT's specials: a sentencepiece .model or Google's WordPiece vocab.txt"
+        None,
+        "an existing vocab with BERT's specials: a sentencepiece .model, Google's WordPiece vocab.txt, or a "
+        "Hugging Face tokenizer.json (ModernBERT's BPE)",
     )
     do_lower_case: bool = field(
         False, "WordPiece (given vocab.txt or --vocab_model_type wordpiece): lower-case and strip accents"
@@ -171,7 +173,7 @@ class CorpusConfig:
             need(bool(self.input_patterns), f"--format {self.format} needs --input GLOB[,GLOB...]")
         need(
             (self.vocab is None) != (self.vocab_size is None),
-            "give exactly one of --vocab PATH (.model or WordPiece .txt) or --vocab_size N",
+            "give exactly one of --vocab PATH (.model, WordPiece .txt or tokenizer.json) or --vocab_size N",
         )
         wordpiece = (self.vocab or "").endswith(".txt") or (
             self.vocab is None and self.vocab_model_type == "wordpiece"

@@ -116,7 +116,7 @@ class VocabInfo:
     size: int
     special_ids: Mapping[str, int]  # pad, unk, cls, sep, mask
     trained: bool  # trained by this build (else given with --vocab)
-    kind: str = "sentencepiece"  # or "wordpiece" (corpora from before WordPiece have no kind)
+    kind: str = "sentencepiece"  # or "wordpiece", "tokenizer" (corpora from before WordPiece have no kind)
     lower_case: bool = False  # wordpiece: lower-cased and accent-stripped before tokenizing
 
 

@@ -110,6 +110,31 @@ def botchan_wordpiece(botchan, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def botchan_bpe(botchan, tmp_path_factory) -> Path:
+    """A byte-level BPE of 1,500 tokens trained on Botchan (and a few Chinese lines, for the CJK
+    table), laid out as answerdotai/ModernBERT-base's tokenizer.json: no prefix space, the
+    specials added after the learned tokens, a [CLS] $A [SEP] template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)  # fmt: skip
+    lines = botchan.read_text(encoding="utf-8").splitlines() + ["中文的句子。", "我们的句子很好。"] * 50
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ModernBERT's order, after the vocab
+    tokenizer.add_special_tokens(specials)
+    ids = {t: tokenizer.token_to_id(t) for t in specials}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])]
+    )
+    path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"
+    path.write_text(tokenizer.to_str())
+    return path
+
+
 def checkpoint_variables(model_dir: Path) -> dict:
     """The model's and optimizer's tensors in a run's newest checkpoint, by name."""
     import tensorflow as tf

@@ -57,9 +57,19 @@ def batch(botchan, wordpiece) -> dict[str, np.ndarray]:
 
 
 def modern_config(vocab_size: int, **overrides) -> BertConfig:
-    return BertConfig(vocab_size, architecture="modernbert", hidden_size=H, num_layers=LAYERS, num_heads=HEADS,
-                      intermediate_size=INNER, local_attention=WINDOW, dropout=0.0, layer_norm_epsilon=1e-5,
-                      max_position=64, **overrides)  # fmt: skip
+    return BertConfig(
+        vocab_size,
+        architecture="modernbert",
+        hidden_size=H,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        intermediate_size=INNER,
+        local_attention=WINDOW,
+        dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        max_position=64,
+        **overrides,
+    )
 
 
 def randomized(model, seed: int):
@@ -100,11 +110,19 @@ def test_export_loads_in_transformers_with_the_same_logits(wordpiece, batch, tmp
     assert not info["mismatched_keys"] and not info["error_msgs"], info
     assert not [m for m in warnings if "weight" in m.lower() or "LOAD REPORT" in m], warnings
     config = hf_model.config
-    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    assert config.layer_types == [
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+    ]
     assert config.sliding_window == WINDOW // 2
     assert config.rope_parameters["sliding_attention"]["rope_theta"] == 777.0
     assert (config.pad_token_id, config.cls_token_id, config.sep_token_id) == (
-        vocab.special_ids["pad"], vocab.special_ids["cls"], vocab.special_ids["sep"])  # fmt: skip
+        vocab.special_ids["pad"],
+        vocab.special_ids["cls"],
+        vocab.special_ids["sep"],
+    )
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["classifier_pooling"] == "mean"
 
     for implementation in ("eager", "sdpa"):
@@ -122,8 +140,15 @@ def test_the_window_and_the_rope_base_matter_at_this_tolerance(wordpiece, batch,
     path = tmp_path / "hf" / "config.json"
     config = json.loads(path.read_text())
     ours = ours_logits(model, batch)
-    for change in ({"local_attention": 8}, {"rope_parameters": {**config["rope_parameters"], "sliding_attention": {
-            "rope_type": "default", "rope_theta": 160_000.0}}}):  # fmt: skip
+    for change in (
+        {"local_attention": 8},
+        {
+            "rope_parameters": {
+                **config["rope_parameters"],
+                "sliding_attention": {"rope_type": "default", "rope_theta": 160_000.0},
+            }
+        },
+    ):
         path.write_text(json.dumps({**config, **change}))
         hf_model, _, _ = load_quietly(transformers.ModernBertForMaskedLM, tmp_path / "hf")
         assert real_difference(ours, hf_logits(hf_model, batch), batch) > 10 * TOLERANCE, change
@@ -132,10 +157,19 @@ def test_the_window_and_the_rope_base_matter_at_this_tolerance(wordpiece, batch,
 def random_hf_model(vocab_size: int, seed: int, cls=transformers.ModernBertForMaskedLM):
     torch.manual_seed(seed)
     config = transformers.ModernBertConfig(
-        vocab_size=vocab_size, hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        intermediate_size=INNER, local_attention=WINDOW, max_position_embeddings=64, pad_token_id=0,
-        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden_size=H,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=INNER,
+        local_attention=WINDOW,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        cls_token_id=2,
+        sep_token_id=3,
+    )
     hf_model = cls(config).eval()
     rng = np.random.default_rng(seed)
     with torch.no_grad():
@@ -162,8 +196,10 @@ def test_a_bare_modernbertmodel_brings_the_encoder_and_leaves_the_head_fresh(wor
     model = build_pretraining_model(modernbert_config(str(tmp_path / "hf" / "config.json")), T, P)
     fresh = load_hf_modernbert(model, str(tmp_path / "hf"))
     assert sorted(fresh) == ["mlm_bias/bias", "mlm_norm/gamma", "mlm_transform/kernel"]
-    np.testing.assert_allclose(model.get_layer("token_embedding").embeddings.numpy(),
-                               hf_model.embeddings.tok_embeddings.weight.detach().numpy())  # fmt: skip
+    np.testing.assert_allclose(
+        model.get_layer("token_embedding").embeddings.numpy(),
+        hf_model.embeddings.tok_embeddings.weight.detach().numpy(),
+    )
 
 
 def test_a_missing_or_misshapen_tensor_or_config_is_a_one_line_error(wordpiece, tmp_path):
@@ -184,9 +220,11 @@ def test_a_missing_or_misshapen_tensor_or_config_is_a_one_line_error(wordpiece, 
 
     path = tmp_path / "hf" / "config.json"
     config = json.loads(path.read_text())
-    for change, message in (({"norm_bias": True}, "norm_bias True"),
-                            ({"layer_types": ["full_attention"] * LAYERS}, "layer_types"),
-                            ({"hidden_activation": "silu"}, "hidden_activation 'silu'")):  # fmt: skip
+    for change, message in (
+        ({"norm_bias": True}, "norm_bias True"),
+        ({"layer_types": ["full_attention"] * LAYERS}, "layer_types"),
+        ({"hidden_activation": "silu"}, "hidden_activation 'silu'"),
+    ):
         path.write_text(json.dumps({**config, **change}))
         with pytest.raises(HFCheckpointError, match=message) as e:
             modernbert_config(str(path))

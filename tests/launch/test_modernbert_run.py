@@ -32,9 +32,20 @@ def modern_config(small_corpus, tmp_path_factory) -> Path:
     """Odd sizes (H 24, 3 heads, GeGLU 29, 3 layers: one global), a window of 8 in 32-token rows."""
     vocab = read_manifest(str(small_corpus)).vocab.size
     path = tmp_path_factory.mktemp("modern") / "bert.json"
-    path.write_text(BertConfig(vocab, architecture="modernbert", hidden_size=24, num_layers=3, num_heads=3,
-                               intermediate_size=29, local_attention=8, dropout=0.0, layer_norm_epsilon=1e-5,
-                               max_position=8192).to_json())  # fmt: skip
+    path.write_text(
+        BertConfig(
+            vocab,
+            architecture="modernbert",
+            hidden_size=24,
+            num_layers=3,
+            num_heads=3,
+            intermediate_size=29,
+            local_attention=8,
+            dropout=0.0,
+            layer_norm_epsilon=1e-5,
+            max_position=8192,
+        ).to_json()
+    )
     return path
 
 
@@ -72,12 +83,15 @@ def test_the_hf_export_gives_the_runs_logits_in_transformers(modern_run, small_c
     ids = np.where(x["input_mask"] > 0, x["document_ids"] + 1, 0)
     visible = (ids[:, :, None] == ids[:, None, :]) & (ids[:, None, :] > 0)
     window = np.abs(np.arange(32)[:, None] - np.arange(32)[None]) <= 4
-    masks = {kind: torch.from_numpy(np.where(v, 0.0, -1e9).astype(np.float32)[:, None])
-             for kind, v in (("full_attention", visible), ("sliding_attention", visible & window))}  # fmt: skip
+    masks = {
+        kind: torch.from_numpy(np.where(v, 0.0, -1e9).astype(np.float32)[:, None])
+        for kind, v in (("full_attention", visible), ("sliding_attention", visible & window))
+    }
     hf_model.config._attn_implementation = "eager"
     with torch.no_grad():
-        logits = hf_model(input_ids=torch.from_numpy(x["input_ids"].astype(np.int64)),
-                          attention_mask=masks).logits.numpy()  # fmt: skip
+        logits = hf_model(
+            input_ids=torch.from_numpy(x["input_ids"].astype(np.int64)), attention_mask=masks
+        ).logits.numpy()
     theirs = np.take_along_axis(logits, x["masked_lm_positions"][:, :, None].astype(np.int64), axis=1)
     assert np.abs(ours - theirs).max() <= 1e-4
     assert (tmp_path / "hf" / "tokenizer.json").exists()
@@ -92,11 +106,97 @@ def test_fine_tuning_uses_mean_pooling_and_learns(modern_run, topics):  # noqa: 
     assert results["test"]["accuracy"] > 0.4  # three topics: chance is about 0.33
 
 
-@pytest.mark.parametrize("overrides", [{"mixed_precision": "bf16"}, {"objective": "electra", "generator_size": 1 / 3}],
-                         ids=["bf16", "electra"])  # fmt: skip
+@pytest.mark.parametrize(
+    "overrides",
+    [{"mixed_precision": "bf16"}, {"objective": "electra", "generator_size": 1 / 3}],
+    ids=["bf16", "electra"],
+)
 def test_mixed_precision_and_electra_train_it(small_corpus, modern_config, tmp_path, overrides):
-    result = train(run_config(small_corpus, tmp_path / "run", modern_config, train_steps=20, eval_steps=1,
-                              checkpoint_every=20, eval_every=20, **overrides))  # fmt: skip
+    result = train(
+        run_config(
+            small_corpus,
+            tmp_path / "run",
+            modern_config,
+            train_steps=20,
+            eval_steps=1,
+            checkpoint_every=20,
+            eval_every=20,
+            **overrides,
+        )
+    )
     rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
     assert all(np.isfinite(r["loss"]) for r in rows) and rows[-1]["loss"] < rows[0]["loss"], rows
     assert result is not None
+
+
+def test_a_modernbert_release_with_its_bpe_tokenizer_pretrains_on_and_fine_tunes(
+    python_docs,
+    botchan_bpe,
+    topics,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    """A folder laid out as answerdotai/ModernBERT-base (transformers' save_pretrained, its
+    byte-level BPE tokenizer.json and nothing else): `make corpus` takes the tokenizer as the vocab,
+    pretraining warm-starts every weight from the folder, and launch.finetune fine-tunes it."""
+    from launch.hf_modernbert import hf_tensors
+    from tests.conftest import build
+    from tests.launch.test_hf_modernbert import random_hf_model
+
+    vocab_size = len(json.loads(botchan_bpe.read_text())["model"]["vocab"]) + 5
+    release = tmp_path / "ModernBERT"
+    hf_model = random_hf_model(vocab_size, seed=5)
+    hf_model.config.pad_token_id = vocab_size - 2
+    hf_model.save_pretrained(str(release))
+    (release / "tokenizer.json").write_bytes(botchan_bpe.read_bytes())
+
+    corpus = tmp_path / "corpus"
+    build(
+        corpus,
+        "--input",
+        str(python_docs / "library" / "b*.rst.txt"),
+        "--vocab",
+        str(release / "tokenizer.json"),
+        "--whole_word_mask",
+        "--seq_len",
+        "32",
+        "--max_predictions",
+        "5",
+        "--dupe_factor",
+        "1",
+        "--validation_fraction",
+        "0.1",
+    )
+    model_dir = tmp_path / "run"
+    train(
+        run_config(
+            corpus,
+            model_dir,
+            release / "config.json",
+            init_checkpoint=f"hf:{release}",
+            train_steps=10,
+            checkpoint_every=10,
+            eval_every=10,
+            learning_rate=1e-9,
+            warmup_steps=0,
+        )
+    )
+    # Warm-started weight for weight: ten steps at lr 1e-9 leave them where the release had them.
+    model = restore(str(model_dir))[0]
+    ours = hf_tensors(model)
+    theirs = {k: v.detach().numpy() for k, v in hf_model.state_dict().items()}
+    for name, value in ours.items():
+        np.testing.assert_allclose(value, theirs[name], atol=1e-5, err_msg=name)
+
+    result = finetune(
+        config(
+            None,
+            topics,
+            init_checkpoint=f"hf:{release}",
+            output=str(tmp_path / "ft"),
+            epochs=2,
+            model_dir=None,
+        )
+    )
+    results = json.loads((Path(result["output"]) / "eval.json").read_text())
+    assert results["recipe"]["pooling"] == "mean"
+    assert (tmp_path / "ft" / "serving" / "saved_model.pb").exists()

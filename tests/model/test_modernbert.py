@@ -25,8 +25,17 @@ from model.modernbert import (
 )
 from model.pretraining import Objective
 
-CONFIG = BertConfig(37, architecture="modernbert", hidden_size=24, num_layers=3, num_heads=3,
-                    intermediate_size=29, local_attention=4, dropout=0.0, layer_norm_epsilon=1e-5)  # fmt: skip
+CONFIG = BertConfig(
+    37,
+    architecture="modernbert",
+    hidden_size=24,
+    num_layers=3,
+    num_heads=3,
+    intermediate_size=29,
+    local_attention=4,
+    dropout=0.0,
+    layer_norm_epsilon=1e-5,
+)
 B, T, P = 5, 11, 4
 
 
@@ -56,7 +65,12 @@ def test_presets_have_modernberts_published_shapes():
     base = BertConfig.preset("modern-base", 50368)
     large = BertConfig.preset("modern-large", 50368)
     assert (base.num_layers, base.hidden_size, base.intermediate_size, base.num_heads) == (22, 768, 1152, 12)
-    assert (large.num_layers, large.hidden_size, large.intermediate_size, large.num_heads) == (28, 1024, 2624, 16)
+    assert (large.num_layers, large.hidden_size, large.intermediate_size, large.num_heads) == (
+        28,
+        1024,
+        2624,
+        16,
+    )
     assert base.modern and base.local_attention == 128 and base.global_attn_every_n_layers == 3
     assert {name for name in PRESETS if name.startswith("modern-")} == {
         f"modern-{size}" for size in ("tiny", "mini", "small", "base", "large")
@@ -73,9 +87,20 @@ def test_small_presets_match_the_bert_presets_parameter_count(size):
 
 
 def test_block_round_trips_every_argument():
-    block = ModernBlock(hidden_size=24, num_heads=3, intermediate_size=29, rope_theta=123.0, local_attention=6,
-                        first=True, dropout=0.2, initializer_range=0.03, output_initializer_range=0.01,
-                        layer_norm_epsilon=1e-6, hidden_act="gelu_approximate", name="m")  # fmt: skip
+    block = ModernBlock(
+        hidden_size=24,
+        num_heads=3,
+        intermediate_size=29,
+        rope_theta=123.0,
+        local_attention=6,
+        first=True,
+        dropout=0.2,
+        initializer_range=0.03,
+        output_initializer_range=0.01,
+        layer_norm_epsilon=1e-6,
+        hidden_act="gelu_approximate",
+        name="m",
+    )
     config = block.get_config()
     assert ModernBlock.from_config(config).get_config() == config
     args = [a for a in inspect.signature(ModernBlock.__init__).parameters if a not in ("self", "kwargs")]
@@ -86,8 +111,15 @@ def test_layer_kinds_follow_global_attn_every_n_layers():
     model = build_pretraining_model(BertConfig(**{**CONFIG.__dict__, "num_layers": 7}), T, P)
     blocks = [model.get_layer(f"transformer_{i}") for i in range(7)]
     assert [b.local_attention for b in blocks] == [None, 4, 4, None, 4, 4, None]
-    assert [b.rope_theta for b in blocks] == [160_000.0, 10_000.0, 10_000.0, 160_000.0, 10_000.0, 10_000.0,
-                                              160_000.0]  # fmt: skip
+    assert [b.rope_theta for b in blocks] == [
+        160_000.0,
+        10_000.0,
+        10_000.0,
+        160_000.0,
+        10_000.0,
+        10_000.0,
+        160_000.0,
+    ]
     assert [b.first for b in blocks] == [True] + [False] * 6
     assert not any(w.path.startswith("transformer_0/attention_norm") for w in model.weights)
     assert not any(w.path.endswith(("bias", "beta")) for w in model.weights if w.path != "mlm_bias/bias")
@@ -122,7 +154,9 @@ def test_chunked_local_attention_equals_the_full_scores_under_the_band(seq_len, 
 
 @pytest.mark.parametrize("kind, theta", [("full_attention", 160_000.0), ("sliding_attention", 10_000.0)])
 def test_rope_is_transformers_at_both_bases(kind, theta):
-    hf_config = modeling_modernbert.ModernBertConfig(hidden_size=24, num_attention_heads=3, num_hidden_layers=3)
+    hf_config = modeling_modernbert.ModernBertConfig(
+        hidden_size=24, num_attention_heads=3, num_hidden_layers=3
+    )
     rotary = modeling_modernbert.ModernBertRotaryEmbedding(hf_config)
     x = torch.zeros(1, T, 24)
     cos, sin = rotary(x, torch.arange(T)[None], kind)
@@ -168,8 +202,11 @@ def test_segments_are_ignored_documents_and_padding_are_not():
     padded["input_mask"][:, 9:] = 0
     other = {**padded, "input_ids": padded["input_ids"].copy()}
     other["input_ids"][:, 9:] = 5
-    np.testing.assert_allclose(encoder(padded)["sequence_output"].numpy()[:, :9],
-                               encoder(other)["sequence_output"].numpy()[:, :9], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        encoder(padded)["sequence_output"].numpy()[:, :9],
+        encoder(other)["sequence_output"].numpy()[:, :9],
+        atol=1e-6,
+    )
 
 
 def test_the_last_block_on_the_read_rows_only_equals_a_full_pass():
@@ -191,8 +228,11 @@ def test_every_gradient_is_dense_and_the_step_compiles_with_xla():
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(model(x, training=True)["mlm"])
     grads = tape.gradient(loss, model.trainable_variables)
-    assert not [v.path for v, g in zip(model.trainable_variables, grads, strict=True)
-                if isinstance(g, tf.IndexedSlices) or g is None]  # fmt: skip
+    assert not [
+        v.path
+        for v, g in zip(model.trainable_variables, grads, strict=True)
+        if isinstance(g, tf.IndexedSlices) or g is None
+    ]
     compiled = tf.function(lambda inputs: model(inputs, training=False)["mlm"], jit_compile=True)
     np.testing.assert_allclose(compiled(x).numpy(), model(x, training=False)["mlm"].numpy(), atol=1e-5)
 
