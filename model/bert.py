@@ -15,27 +15,8 @@ import keras
 from keras import ops
 
 from model.config import BertConfig
-
-PACKAGE = "bertbeam"
-
-
-@keras.saving.register_keras_serializable(package=PACKAGE)
-def gelu_approximate(x):
-    """GELU's tanh approximation, as google-research/bert (registered, so saved models name it)."""
-    return keras.activations.gelu(x, approximate=True)
-
-
-# GELU flavours: exact erf (Hugging Face's "gelu") or the tanh approximation (google-research/bert's).
-ACTIVATIONS = {"gelu": keras.activations.gelu, "gelu_approximate": gelu_approximate}
-
-
-def initializer(stddev: float):
-    """A new initializer for each weight. An unseeded Keras 3 initializer fixes its seed when it is
-    created, so one object handed to two layers draws the same numbers for both (the segment
-    embedding was the token embedding's first rows); Keras's MultiHeadAttention clones its own
-    initializer per sublayer for the same reason."""
-    return keras.initializers.TruncatedNormal(stddev=stddev)
-
+from model.layers import ACTIVATIONS, PACKAGE, gather_rows, initializer
+from model.modernbert import attention_ids, modern_blocks
 
 # === Layers ===
 
@@ -188,13 +169,6 @@ class BiasAdd(keras.layers.Layer):
         return x + ops.cast(self.bias, x.dtype)
 
 
-def gather_rows(x, positions):
-    """x (B, T, D), positions (B, Q) -> (B, Q, D): as a one-hot matmul, which XLA (and a TPU's
-    matrix unit) runs far faster than a batched gather and its scatter gradient."""
-    picker = ops.one_hot(positions, x.shape[1], dtype=x.dtype)  # (B, Q, T)
-    return ops.einsum("bqt,btd->bqd", picker, x)
-
-
 def attention_mask(input_mask, document_ids):
     """(B, T, T): token i may attend to j when j is real and both belong to the same document.
 
@@ -260,8 +234,6 @@ def encoder_layers(config: BertConfig) -> dict:
 def transformer_blocks(config: BertConfig, prefix: str = "") -> list[keras.layers.Layer]:
     """`num_layers` blocks of `config`'s shape and architecture, named `{prefix}transformer_{i}`."""
     if config.modern:
-        from model.modernbert import modern_blocks  # here: that module builds on this one
-
         return modern_blocks(config, prefix)
     return [
         TransformerBlock(
@@ -290,8 +262,6 @@ def embed(layers: dict, inputs: dict):
         x = layers["position_embedding"](x)
     x = layers["embedding_dropout"](layers["embedding_norm"](x))
     if is_modern(layers):
-        from model.modernbert import attention_ids  # here: that module builds on this one
-
         return x, attention_ids(inputs["input_mask"], inputs["document_ids"])
     return x, attention_mask(inputs["input_mask"], inputs["document_ids"])
 

@@ -14,9 +14,6 @@ ARCHITECTURES = ("bert", "modernbert")
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     vocab_size: int  # rows of the token embedding (and of the tied MLM output projection)
-    # "bert": the 2018 block (model/bert.py); "modernbert": ModernBERT's (model/modernbert.py):
-    # pre-norm without biases, GeGLU, rotary positions, local and global attention, no segments.
-    architecture: str = "bert"
     hidden_size: int = 128  # H: width of every token's vector
     num_layers: int = 2  # transformer blocks
     num_heads: int = 2  # attention heads; hidden_size must divide by it
@@ -34,6 +31,9 @@ class BertConfig:
     # embeddings to H before the first block (ELECTRA-small's 128 -> 256), and the MLM head maps
     # back to E for the output projection tied to the token embedding.
     embedding_size: int | None = None
+    # "bert": the 2018 block (model/bert.py); "modernbert": ModernBERT's (model/modernbert.py):
+    # pre-norm without biases, GeGLU, rotary positions, local and global attention, no segments.
+    architecture: str = "bert"
     # modernbert only: the sliding window's width (a token sees those within local_attention // 2
     # on either side), one global layer every n (layer i is global when i % n == 0), and RoPE's
     # base on each kind of layer, as transformers' ModernBertConfig.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from model.bert import PACKAGE
+from model.layers import PACKAGE
 
 
 class GlobalMeanLoss(keras.losses.Loss):

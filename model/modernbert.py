@@ -30,7 +30,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from model.bert import ACTIVATIONS, PACKAGE, gather_rows, initializer
+from model.layers import ACTIVATIONS, PACKAGE, gather_rows, initializer
 
 # A masked score: far below any real one, and finite, so that a row with nothing to attend to
 # (a padding query) softmaxes to a uniform row instead of NaN.

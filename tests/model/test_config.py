@@ -15,6 +15,11 @@ def test_presets_and_json_round_trip():
         "medium": (8, 512, 8),
         "base": (12, 768, 12),
         "large": (24, 1024, 16),
+        "modern-tiny": (3, 128, 2),
+        "modern-mini": (6, 256, 4),
+        "modern-small": (6, 512, 8),
+        "modern-base": (22, 768, 12),
+        "modern-large": (28, 1024, 16),
     }
     config = BertConfig.preset("mini", vocab_size=37, pre_layer_norm=True, dropout=0.0)
     assert BertConfig.from_json(config.to_json()) == config
