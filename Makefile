@@ -49,7 +49,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -163,6 +163,10 @@ bench-train: $(STAMP)
 	test -f $(DEMO)/corpus/manifest.json || \
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
 	$(BIN)/python bench/train.py --corpus $(DEMO)/corpus
+
+# ModernBERT's block against BERT's: step time, MFU, time and memory against length (~15 min on 2 cores).
+bench-modern: $(STAMP)
+	$(BIN)/python bench/modern.py
 
 # Hours on 2 cores, in cells: each writes bench/results/quality/CELL.json when done; a rerun skips those.
 bench-quality: $(STAMP)

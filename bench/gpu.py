@@ -1,6 +1,7 @@
-"""BERT pretraining throughput and MFU on one GPU: BERT-base, seq_len 128 and 512, bf16, XLA.
+"""BERT pretraining throughput and MFU on one GPU: BERT-base and ModernBERT-base, seq_len 128 and
+512, bf16, XLA.
 
-    bash bench/gpu.sh [--seq_lens 128,512] [--batch_sizes 256,64] [--steps 200]   # see the wrapper first
+    bash bench/gpu.sh [--presets base,modern-base] [--seq_lens 128,512] [--batch_sizes 256,64]
 
 Each length is BERT's phase: 128 tokens with 20 predictions at batch 256, 512 with 80 at batch 64
 (the same tokens per step), each its own model and XLA program, one after the other.
@@ -85,15 +86,15 @@ def matmul_tflops(size: int = 8192, runs: int = 20) -> float:
     return 2 * size**3 * runs / (time.perf_counter() - start) / 1e12
 
 
-def time_one_length(args, seq_len: int, max_predictions: int, batch_size: int, peak) -> dict:
-    """Build, compile (XLA) and time BERT at one sequence length, as `launch.pretrain` would."""
+def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch_size: int, peak) -> dict:
+    """Build, compile (XLA) and time one preset at one sequence length, as `launch.pretrain` would."""
     from launch.flops import training_flops_per_example
     from launch.optimizer import build_optimizer
     from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
 
-    config = BertConfig.preset(args.preset, args.vocab_size)
+    config = BertConfig.preset(preset, args.vocab_size)
     model = build_pretraining_model(config, seq_len, max_predictions)
     optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=100, total_steps=100_000)
     compile_pretraining(model, optimizer, jit_compile=True, steps_per_execution=args.steps_per_execution)
@@ -110,7 +111,7 @@ def time_one_length(args, seq_len: int, max_predictions: int, batch_size: int, p
     steps = epochs * 2 * spe
     flops = training_flops_per_example(config, seq_len, max_predictions) * batch_size
     return {
-        "preset": args.preset,
+        "preset": preset,
         "seq_len": seq_len,
         "max_predictions": max_predictions,
         "batch_size": batch_size,
@@ -129,7 +130,7 @@ def time_one_length(args, seq_len: int, max_predictions: int, batch_size: int, p
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="base")
+    parser.add_argument("--presets", default="base,modern-base", help="comma-separated; each timed in turn")
     parser.add_argument("--vocab_size", type=int, default=30522, help="BERT's English WordPiece size")
     parser.add_argument("--seq_lens", default="128,512", help="comma-separated; each timed in turn")
     parser.add_argument("--max_predictions", default="20,80", help="one per length (BERT's)")
@@ -158,17 +159,18 @@ def main() -> int:
         keras.config.set_dtype_policy("mixed_bfloat16")
     achievable = matmul_tflops(args.matmul_size)
     results = []
-    for seq_len, max_predictions, batch_size in zip(lengths, predictions, batch_sizes, strict=True):
-        result = {"device": name, "backend": keras.backend.backend(), "keras": keras.__version__,
-                  **time_one_length(args, seq_len, max_predictions, batch_size, peak),
-                  "matmul_bf16_tflops": achievable}  # fmt: skip
-        for key, value in result.items():
-            print(f"{key:>22}: {value:.4g}" if isinstance(value, float) else f"{key:>22}: {value}")
-        print(flush=True)
-        results.append(result)
-        keras.backend.clear_session()
-    print(json.dumps({str(r["seq_len"]): {k: r[k] for k in ("examples_per_s", "tokens_per_s", "mfu")}
-                      for r in results}))  # fmt: skip
+    for preset in args.presets.split(","):
+        for seq_len, max_predictions, batch_size in zip(lengths, predictions, batch_sizes, strict=True):
+            result = {"device": name, "backend": keras.backend.backend(), "keras": keras.__version__,
+                      **time_one_length(args, preset, seq_len, max_predictions, batch_size, peak),
+                      "matmul_bf16_tflops": achievable}  # fmt: skip
+            for key, value in result.items():
+                print(f"{key:>22}: {value:.4g}" if isinstance(value, float) else f"{key:>22}: {value}")
+            print(flush=True)
+            results.append(result)
+            keras.backend.clear_session()
+    headline = ("examples_per_s", "tokens_per_s", "mfu")
+    print(json.dumps({f"{r['preset']}@{r['seq_len']}": {k: r[k] for k in headline} for r in results}))
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2))
     return 0

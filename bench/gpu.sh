@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# BERT-base, seq_len 128 and 512, bf16, XLA: pretraining throughput and MFU on one GPU (well under
-# 10 min: two compiles and 2 x 200 steps).
+# BERT-base and ModernBERT-base, seq_len 128 and 512, bf16, XLA: pretraining throughput and MFU on one
+# GPU (well under 10 min: four compiles and 4 x 200 steps).
 #
 #   bash bench/gpu.sh [--seq_lens 128,512] [--batch_sizes 256,64] [--steps 200] [--output result.json]
 #

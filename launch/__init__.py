@@ -6,6 +6,7 @@ not reach (they are written before TensorFlow's logging starts, once per shared 
 Whatever else it writes still shows. `--verbose` on any `python -m launch.*` command keeps them.
 """
 
+import importlib.util
 import os
 import re
 import sys
@@ -41,5 +42,11 @@ def _import_tensorflow_quietly() -> None:
             print(line, file=sys.stderr)
 
 
-if "--verbose" not in sys.argv[1:] and "tensorflow" not in sys.modules:
+# Where TensorFlow is not installed (bench/gpu.py runs the same Keras model on JAX on a GPU image
+# that has no TensorFlow), there is nothing to import quietly.
+if (
+    "--verbose" not in sys.argv[1:]
+    and "tensorflow" not in sys.modules
+    and importlib.util.find_spec("tensorflow")
+):
     _import_tensorflow_quietly()
