@@ -44,7 +44,8 @@ class TextEncoder(tf.Module):
         self.lower_case = bool(vocab_file.lower_case)
         self.cls_id = vocab.special_ids["cls"]
         self.sep_id = vocab.special_ids["sep"]
-        self.vocab = vocab
+        # A tokenizer.json encodes in Python: the vocab itself (never tracked into a SavedModel).
+        self.python_vocab = vocab if vocab_file.kind == "tokenizer" else None
         if vocab_file.kind == "tokenizer":
             self.tokenizer = None
         elif vocab_file.kind == "sentencepiece":
@@ -87,7 +88,7 @@ class TextEncoder(tf.Module):
 
     def _python_tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
         def encode(strings):
-            ids = self.vocab.encode([s.decode("utf-8") for s in strings.numpy()])
+            ids = self.python_vocab.encode([s.decode("utf-8") for s in strings.numpy()])
             flat = [i for row in ids for i in row]
             return tf.constant(flat, tf.int32, (len(flat),)), tf.constant([len(r) for r in ids], tf.int64)
 

@@ -112,9 +112,9 @@ def local_attention(q, k, v, ids, window: int, dropout, training):
     chunks = -(-t // c)
     pad = chunks * c - t
 
-    def chunked(x, fill=0):  # (B, T, ...) -> (B, K + 2, C, ...): a chunk of `fill` on either side
+    def chunked(x):  # (B, T, ...) -> (B, K + 2, C, ...): a chunk of zeros on either side (ids 0: unseen)
         widths = [(0, 0), (c, c + pad)] + [(0, 0)] * (len(x.shape) - 2)
-        x = ops.pad(x, widths, constant_values=fill)
+        x = ops.pad(x, widths)
         return ops.reshape(x, (-1, chunks + 2, c, *x.shape[2:]))
 
     def neighbours(x):  # (B, K + 2, C, ...) -> (B, K, 3C, ...): chunks k-1, k, k+1 side by side

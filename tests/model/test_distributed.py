@@ -1,5 +1,6 @@
-"""MirroredStrategy over two logical CPU devices, in a fresh process: logical devices must be set
-before TensorFlow initialises its devices, which the rest of the suite has already done."""
+"""MirroredStrategy over two logical CPU devices (BERT, ELECTRA, ModernBERT's block), in a fresh
+process: logical devices must be set before TensorFlow initialises its devices, which the rest of
+the suite has already done."""
 
 import subprocess
 import sys
@@ -86,6 +87,17 @@ assert all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss
 state = next(v for v in electra.non_trainable_variables if "sampler_seed" in v.path)
 values = [v.numpy() for v in state.value._values] if hasattr(state.value, "_values") else [state.numpy()]
 assert all(np.array_equal(values[0], v) for v in values), values
+
+# 4. ModernBERT's block the same way (3 layers so one is global, a window of 8 in 32-token rows).
+with strategy.scope():
+    modern = BertConfig(vocab_size=manifest.vocab.size, architecture="modernbert", hidden_size=24,
+                        num_layers=3, num_heads=3, intermediate_size=29, local_attention=8, dropout=0.0)
+    model = build_pretraining_model(modern, 32, 5)
+    compile_pretraining(model, keras.optimizers.AdamW(1e-3), jit_compile=False)
+history = model.fit(strategy.distribute_datasets_from_function(dataset_fn), steps_per_epoch=6, epochs=2,
+                    verbose=0).history
+print("MODERN", history["loss"])
+assert all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss"][0]
 print("OK")
 """
 
