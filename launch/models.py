@@ -23,14 +23,15 @@ def pretraining_model(objective: Objective, bert: BertConfig, manifest: Manifest
     """`objective`'s model for `manifest`'s seq_len and max_predictions (an NSP/SOP head when the
     corpus has pairs, unless `next_sentence` says otherwise). The vocab's specials ([PAD], [CLS],
     [SEP], [MASK], [UNK], control and unused slots: never a sample) come from the corpus's own
-    vocab file."""
+    vocab file, and so do the rows past it where the model has more (a padded release's)."""
     tables = MaskingTables.from_vocab(VocabFile.of_corpus(manifest).load())
+    beyond = range(len(tables.is_special), bert.vocab_size)
     return objective.build(
         bert,
         manifest.seq_len,
         manifest.max_predictions,
         next_sentence=manifest.pairs if next_sentence is None else next_sentence,
-        excluded_ids=np.flatnonzero(tables.is_special).tolist(),
+        excluded_ids=[*np.flatnonzero(tables.is_special).tolist(), *beyond],
         seed=seed,
     )
 

@@ -282,11 +282,17 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
     vocab_size = first.vocab.size
     if config.bert_config:
         bert = read_bert_config(config.bert_config)
-        if bert.vocab_size != vocab_size:
+        # A release may have more embedding rows than its tokenizer has tokens (ModernBERT pads
+        # 50,285 to 50,368, a multiple of 64): warm-started from it, the corpus uses a prefix.
+        padded_release = config.init_checkpoint and bert.vocab_size > vocab_size
+        if bert.vocab_size != vocab_size and not padded_release:
             raise TrainError(
                 f"--bert_config {config.bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
                 f"{vocab_size}; set vocab_size to {vocab_size} or rebuild the corpus"
             )
+        if padded_release:
+            print(f"note: the model has {bert.vocab_size} token rows, the corpus vocab {vocab_size}: rows "
+                  f"{vocab_size}-{bert.vocab_size - 1} are never read or sampled", flush=True)  # fmt: skip
     else:
         bert = BertConfig.preset(config.preset, vocab_size)
     longest = max((c.first for c in corpora), key=lambda m: m.seq_len)

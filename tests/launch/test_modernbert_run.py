@@ -136,16 +136,17 @@ def test_a_modernbert_release_with_its_bpe_tokenizer_pretrains_on_and_fine_tunes
     tmp_path,
 ):
     """A folder laid out as answerdotai/ModernBERT-base (transformers' save_pretrained, its
-    byte-level BPE tokenizer.json and nothing else): `make corpus` takes the tokenizer as the vocab,
-    pretraining warm-starts every weight from the folder, and launch.finetune fine-tunes it."""
+    byte-level BPE tokenizer.json and nothing else; more embedding rows than tokens, as ModernBERT's
+    50,368 for 50,285): `make corpus` takes the tokenizer as the vocab, pretraining warm-starts
+    every weight from the folder, and launch.finetune fine-tunes it."""
     from launch.hf_modernbert import hf_tensors
     from tests.conftest import build
     from tests.launch.test_hf_modernbert import random_hf_model
 
-    vocab_size = len(json.loads(botchan_bpe.read_text())["model"]["vocab"]) + 5
+    tokens = len(json.loads(botchan_bpe.read_text())["model"]["vocab"]) + 5  # the specials after the vocab
     release = tmp_path / "ModernBERT"
-    hf_model = random_hf_model(vocab_size, seed=5)
-    hf_model.config.pad_token_id = vocab_size - 2
+    hf_model = random_hf_model(-(-tokens // 64) * 64, seed=5)  # rows padded to a multiple of 64, as theirs
+    hf_model.config.pad_token_id = tokens - 2
     hf_model.save_pretrained(str(release))
     (release / "tokenizer.json").write_bytes(botchan_bpe.read_bytes())
 
