@@ -422,7 +422,8 @@ def test_cli_errors_are_one_line_and_name_the_cause(tmp_path, botchan):
     assert both.returncode == 2
     assert (
         both.stderr.strip().splitlines()[-1]
-        == "error: give exactly one of --vocab PATH (.model, WordPiece .txt or tokenizer.json) or --vocab_size N"
+        == "error: give exactly one of --vocab PATH (.model, WordPiece .txt or tokenizer.json) "
+        "or --vocab_size N"
     )
 
     import sentencepiece as spm
