@@ -11,6 +11,8 @@ registered, so `clone_model` and `.keras` save/load work with no custom objects 
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 
@@ -336,7 +338,10 @@ def build_pretraining_model(
         width=config.embedding_width,
         activation=ACTIVATIONS[config.hidden_act],
         epsilon=config.layer_norm_epsilon,
-        stddev=config.initializer_range,
+        # ModernBERT initialises its head's dense as its blocks' output projections.
+        stddev=config.initializer_range / math.sqrt(2.0 * config.num_layers)
+        if config.modern
+        else config.initializer_range,
         use_bias=not config.modern,
     )  # (B, P, V)
     # Logits in float32 also under a bf16/fp16 policy: the softmax over V needs the range.
