@@ -194,8 +194,20 @@ def _is_bracketed(token: str) -> bool:
     return len(token) > 2 and token.startswith("[") and token.endswith("]")
 
 
+class _TokenTable:
+    """A vocab held as the file's bytes (`data`) and its token list (`tokens`, index = id)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
 @dataclasses.dataclass(frozen=True)
-class WordPieceVocab:
+class WordPieceVocab(_TokenTable):
     """Google BERT's vocab.txt, tokenized by Hugging Face `tokenizers` (BERT's normalizer,
     pre-tokenizer and greedy longest-match WordPiece), with the tables masking needs."""
 
@@ -235,14 +247,6 @@ class WordPieceVocab:
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "special_ids", special)
         object.__setattr__(self, "tokenizer", tokenizer)
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(is_special, starts_word, is_cjk); a "##" token continues the word before it."""
@@ -291,7 +295,7 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenizerVocab:
+class TokenizerVocab(_TokenTable):
     """A Hugging Face tokenizer.json (ModernBERT's byte-level BPE, GPT-2's and RoBERTa's, or any
     model `tokenizers` reads), with the tables masking needs.
 
@@ -336,14 +340,6 @@ class TokenizerVocab:
         object.__setattr__(self, "marker", marker)  # (kind, text) of the word boundary
         object.__setattr__(self, "prefix", prefix)  # put before each sentence
         object.__setattr__(self, "added_special", added_special)
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(is_special, starts_word, is_cjk): special ids are BERT's five and every added token

@@ -21,7 +21,7 @@ from model.bert import build_pretraining_model
 from model.config import BertConfig
 from pipeline import text
 from pipeline.vocab import VocabFile
-from tests.launch.test_hf_checkpoint import load_quietly
+from tests.launch.test_hf_checkpoint import load_quietly, randomized
 
 H, HEADS, INNER, LAYERS, WINDOW, T, P = 24, 3, 29, 4, 4, 23, 6
 TOLERANCE = 1e-4
@@ -70,14 +70,6 @@ def modern_config(vocab_size: int, **overrides) -> BertConfig:
         max_position=64,
         **overrides,
     )
-
-
-def randomized(model, seed: int):
-    rng = np.random.default_rng(seed)
-    for w in model.trainable_weights:
-        value = rng.normal(0.0, 0.2, tuple(w.shape))
-        w.assign((1.0 + value) if w.path.endswith("gamma") else value)
-    return model
 
 
 def ours_logits(model, batch) -> np.ndarray:
