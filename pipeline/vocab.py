@@ -329,10 +329,9 @@ class TokenizerVocab(_TokenTable):
                 )
             special[key] = found
         marker, prefix = _word_boundary(spec)
-        tokens = [""] * tokenizer.get_vocab_size(with_added_tokens=True)
+        tokens = [""] * (max(vocab.values()) + 1)  # by id; an id no token has stays ""
         for token, index in vocab.items():
-            if index < len(tokens):
-                tokens[index] = token
+            tokens[index] = token
         added_special = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special]
         object.__setattr__(self, "tokenizer", tokenizer)
         object.__setattr__(self, "special_ids", special)
