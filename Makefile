@@ -16,6 +16,11 @@ RUNNER ?= DirectRunner
 ifeq ($(RUNNER),DataflowRunner)
 BEAM_ARGS = --runner DataflowRunner --project $(PROJECT) --region $(REGION) \
 	--temp_location $(BUCKET)/tmp --staging_location $(BUCKET)/staging --setup_file ./setup.py
+else ifeq ($(RUNNER),DaskRunner)
+# A Dask cluster (pip install 'bertbeam[dask]'): the scheduler at DASK_ADDRESS (tcp://HOST:8786),
+# else a local cluster of DASK_WORKERS processes (default: one per CPU); docs/cluster.md.
+BEAM_ARGS = --runner DaskRunner $(if $(DASK_ADDRESS),--dask_client_address $(DASK_ADDRESS)) \
+	$(if $(DASK_WORKERS),--dask_workers $(DASK_WORKERS))
 else
 BEAM_ARGS = --runner $(RUNNER)
 endif
@@ -49,7 +54,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -167,6 +172,10 @@ bench-train: $(STAMP)
 # ModernBERT's block against BERT's: step time, MFU, time and memory against length (~15 min on 2 cores).
 bench-modern: $(STAMP)
 	$(BIN)/python bench/modern.py
+
+# DirectRunner in process, with 2 worker processes, and a 2-worker Dask cluster on the same text.
+bench-dask: $(STAMP)
+	$(BIN)/python bench/dask.py
 
 # Hours on 2 cores, in cells: each writes bench/results/quality/CELL.json when done; a rerun skips those.
 bench-quality: $(STAMP)

@@ -63,6 +63,7 @@ from pipeline.stages import (
     write_samples,
     write_vocab,
 )
+from pipeline.stages.read import input_bytes
 from pipeline.vocab import VocabError, VocabFile, kind_of
 
 log = logging.getLogger("bertbeam.corpus")
@@ -209,7 +210,7 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
         for length_cfg in cfgs:
             remove_stale_manifest(length_cfg.output_dir)
         files.remove_tree(f"{spill_root(cfgs)}/{CURATION_DIR}")  # an earlier build's samples
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=None if dry_run else runner_for(options, cfgs), options=options)
     progress.reset()
     build_pipeline(p, cfgs, given_vocab, segmenter)
     result = p.run()
@@ -309,8 +310,27 @@ def parse_args(
     is a `ConfigError`."""
     ours = parser()
     args, rest = ours.parse_known_args(argv)
+    register_dask_options(rest)
     refuse_unknown_flags(rest, ours)
     return per_length(vars(args)), pipeline_options(rest, save_main_session)
+
+
+def register_dask_options(args: list[str]) -> None:
+    """Beam registers its Dask options (--dask_client_address, ...) only when its DaskRunner's
+    module is imported, so a build that names the runner or one of them imports ours (which
+    imports Beam's) before the flag check; without dask installed, naming the runner is a one-line
+    error saying how to install it."""
+    if not any("dask" in arg.lower() for arg in args):
+        return  # no import of dask.distributed (a second) for the other runners
+    from pipeline import dask_runner
+
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    flags = [arg.split("=", 1)[0] for arg in args if arg.startswith("--dask")]
+    if runner in dask_runner.NAMES or flags:
+        dask_runner.require_dask()
+    if flags and runner not in dask_runner.NAMES:  # else a DirectRunner build would ignore them
+        on = runner or "DirectRunner"
+        raise ConfigError(f"{flags[0]} is a Dask option: add --runner DaskRunner (this build runs on {on})")
 
 
 def refuse_unknown_flags(args: list[str], ours: argparse.ArgumentParser) -> None:
@@ -351,6 +371,8 @@ def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> P
         # machine, no download, and --direct_num_workers / --direct_running_mode honoured.
         # Revisit when the DirectRunner stops reaching for the network (checked with Beam 2.77).
         standard.runner = "FnApiRunner"
+    elif standard.runner in dask_runner_names():
+        standard.runner = "pipeline.dask_runner.DaskRunner"  # Beam knows it only by its full name
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         # Seen with Beam 2.77 (no upstream report found): this mode's GroupByKey dropped elements
         # (3 of 497 documents in one run, a different number the next), so it cannot give the
@@ -360,6 +382,24 @@ def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> P
             "use in_memory (default) or multi_processing"
         )
     return options
+
+
+def dask_runner_names() -> tuple[str, ...]:
+    from pipeline.dask_runner import NAMES  # imports dask only when installed
+
+    return NAMES
+
+
+def runner_for(options: PipelineOptions, cfgs: list[CorpusConfig]):
+    """The runner object for `options`, or None to let Beam create it from its name: ours for
+    Dask, told which folder and input files every worker must see."""
+    if options.view_as(StandardOptions).runner not in dask_runner_names():
+        return None
+    from pipeline.dask_runner import DaskRunner
+
+    patterns = cfgs[0].input_patterns if cfgs[0].format != "tfds" else ()
+    size = input_bytes(patterns) if patterns else None
+    return DaskRunner(shared=(spill_root(cfgs),), inputs=tuple(patterns), input_bytes=size or 0)
 
 
 def run(argv: list[str] | None = None, save_main_session: bool = False):

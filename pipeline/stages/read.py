@@ -196,7 +196,7 @@ class ReadDocuments(beam.PTransform):
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
         # A dry run builds the job and reads nothing: no glob (on gs:// without credentials it
         # retries for two minutes before it gives up).
-        total = None if is_dry_run(pipeline.pipeline.options) else _input_bytes(self._cfg.input_patterns)
+        total = None if is_dry_run(pipeline.pipeline.options) else input_bytes(self._cfg.input_patterns)
         read = ReadFileDocuments(self._cfg, total, os.getpid(), pointers=self._pointers)
         return (
             pipeline
@@ -208,7 +208,7 @@ class ReadDocuments(beam.PTransform):
         )
 
 
-def _input_bytes(patterns) -> int | None:
+def input_bytes(patterns) -> int | None:
     """The input's size, from one glob when the graph is built: progress lines give a share of it
     (MatchFiles globs again inside the pipeline; a file that appears in between is read, and
     the share passes 100 %). None when the glob fails (a Dataflow dry run without credentials)."""

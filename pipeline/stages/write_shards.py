@@ -34,8 +34,13 @@ class WriteShard(beam.DoFn):
     def process(self, keyed, plan):
         (split, shard), paths = keyed
         part_paths = sorted({p for p in paths if p is not None})  # None: a seed for an empty shard
-        parts = [read_part(p) for p in part_paths]
         name = shard_name(split, shard, plan[split]["shards"])
+        if not all(files.exists(p) for p in part_paths):
+            # Run again after it finished (a Dask worker holding its result was lost): parts go only
+            # after the shard is renamed into place, so that shard is this build's. Describe it.
+            yield self._written(split, name)
+            return
+        parts = [read_part(p) for p in part_paths]
         tmp = f"{self._output_dir}/{TMP_DIR}/{name}"
         blob = b"".join(part_blob for _, _, part_blob in parts)
         at = np.cumsum([0] + [len(part_blob) for _, _, part_blob in parts])  # each part's place in it
@@ -54,6 +59,15 @@ class WriteShard(beam.DoFn):
         Metrics.counter("bertbeam", "shards_written").inc()
         log.info("wrote %s (%d records from %d parts)", name, len(keys), len(parts))
         yield {"split": split, "file": name, "records": len(keys), "bytes": len(data)}
+
+    def _written(self, split: str, name: str) -> dict:
+        data = files.read_file(f"{self._output_dir}/{name}")
+        records, at = 0, 0
+        while at < len(data):  # TFRecord framing: length (8), its CRC (4), data, data CRC (4)
+            at += 16 + int.from_bytes(data[at : at + 8], "little")
+            records += 1
+        log.info("%s was already written (%d records)", name, records)
+        return {"split": split, "file": name, "records": records, "bytes": len(data)}
 
 
 def _all_shard_keys(plan):

@@ -1,0 +1,456 @@
+"""Beam pipelines on a Dask cluster (dask.distributed): bertbeam's DaskRunner.
+
+    python -m pipeline.build_corpus ... --runner DaskRunner --dask_client_address tcp://HOST:8786
+    python -m pipeline.build_corpus ... --runner DaskRunner --dask_workers 4   # a local cluster
+
+Beam 2.77 ships a DaskRunner (apache_beam.runners.dask). This one keeps its options (`DaskOptions`:
+--dask_client_address, --dask_scheduler_file, ...) and its overrides for Create, Flatten, Reshuffle,
+and translates the graph itself, because Beam's translation cannot run this builder:
+  - each PCollection is its *producer's* bag (`self.bags[input_value.producer]`) whatever its tag,
+    and `apply_dofn_to_bundle` puts every tag's outputs in one list: a multi-output ParDo (our
+    "stats" side outputs) feeds all its outputs to every consumer, and a GroupByKey downstream
+    fails in ReifyWindows with "too many values to unpack (expected 2)";
+  - it collects a bundle's outputs before `finish_bundle`, so what a DoFn emits there is lost
+    (BatchElements' last batch);
+  - a side input is a bag that each task computes again inside the worker (`list(self.bag)`):
+    TrainVocab would run once per consumer task, and the waiting task holds a worker thread;
+  - only the graph reaching the last transform is computed (`list(bags.values())[-1]`);
+  - a bounded Read has no translation: it becomes a no-op with nothing to pass on.
+Here every PCollection has its own bag (a multi-output ParDo emits (tag, value) pairs, split by
+tag), a bundle's outputs are taken after finish_bundle, a side input is one Delayed that every
+consumer task depends on (computed once, handed in), and every PCollection that nothing consumes
+is computed, in one graph. Global windows only (the builder's); another windowing, or a primitive
+this runner does not know, is refused before anything runs.
+
+What a stage writes goes through Beam's FileSystems under the output folder; the runner checks
+before the build that every worker sees that folder and the input files (a worker on another
+machine needs gs://, s3:// or a shared mount) and runs the same bertbeam and Beam versions.
+Progress lines are the workers' own (`pipeline.progress`), forwarded to the launcher's log with
+dask's `forward_logging`. Beam metrics are not collected (`metrics()` says so): the manifest's
+counts come from the pipeline's own stats, not from counters. A worker lost mid-build is dask's to
+handle: the scheduler reruns the lost tasks on the workers left (every stage's writes are
+idempotent or go to fresh names), and a task that keeps killing workers stops the build with
+`DaskBuildError`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import platform
+import uuid
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pipeline import PipelineVisitor, PTransformOverride
+from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
+from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
+from apache_beam.transforms.sideinputs import SideInputMap
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from common.errors import BertbeamError, ConfigError
+from pipeline import files
+
+try:  # the optional extra: pip install 'bertbeam[dask]'
+    import dask
+    import dask.bag as db
+    import distributed
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+    from apache_beam.runners.dask.overrides import _Create, _Flatten, _Reshuffle, dask_overrides
+except ImportError as e:  # the message is tested in a process without dask
+    _MISSING = e
+else:
+    _MISSING = None
+
+INSTALL = "pip install 'bertbeam[dask]' (dask[distributed]) on the launcher and on every worker"
+NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner", "pipeline.dask_runner.DaskRunner")
+LOGGER = "bertbeam.corpus"  # the progress lines' logger, forwarded from the workers
+log = logging.getLogger(LOGGER)
+
+
+# Partitions (the tasks of a stage): two per worker thread, so that a slow one does not hold up
+# its stage, and at least one per PARTITION_BYTES of input, because a task's outputs stay in its
+# worker's memory as one list until every consumer has run (dask keeps task results whole), so a
+# partition's documents between reading and tokenizing weigh about this much.
+PARTITION_BYTES = 64 << 20
+
+
+class DaskBuildError(BertbeamError):
+    """The cluster could not run the build: a worker lost too often, one that cannot see the
+    output folder, or one with other versions."""
+
+
+def require_dask() -> None:
+    """One line saying how to install the extra, when dask is missing."""
+    if _MISSING is not None:
+        raise ConfigError(f"--runner DaskRunner needs dask.distributed ({_MISSING}): {INSTALL}")
+
+
+if _MISSING is None:
+
+    class ClusterOptions(PipelineOptions):
+        """bertbeam's one addition to Beam's DaskOptions: the size of the local cluster started
+        when no scheduler is named."""
+
+        @classmethod
+        def _add_argparse_args(cls, parser):
+            parser.add_argument(
+                "--dask_workers",
+                type=int,
+                default=None,
+                help="Without --dask_client_address or --dask_scheduler_file: the number of worker "
+                "processes of the local Dask cluster the build starts and stops (default: one per CPU).",
+            )
+
+
+# === Graph translation: one dask Bag per PCollection ===
+
+
+class _GroupByKey(beam.PTransform):
+    """beam.GroupByKey as one primitive: (key, value) -> (key, [values]), global windows."""
+
+    def expand(self, pcoll):
+        return pvalue.PCollection.from_(pcoll)
+
+
+class _GroupByKeyOverride(PTransformOverride):
+    def matches(self, applied):
+        return applied.transform.__class__ == beam.GroupByKey
+
+    def get_replacement_transform_for_applied_ptransform(self, applied):
+        return _GroupByKey()
+
+
+def _overrides() -> list[PTransformOverride]:
+    """Beam's Dask overrides (Create, Reshuffle, Read, Flatten as primitives), ours first for
+    GroupByKey: one primitive, where Beam's expands to ReifyWindows, a grouping and
+    GroupAlsoByWindow."""
+    return [_GroupByKeyOverride(), *dask_overrides()]
+
+
+class _Translate(PipelineVisitor):
+    """Visits the primitives in topological order and gives each PCollection a bag."""
+
+    def __init__(self, partitions: int):
+        self.partitions = partitions
+        self.bags: dict[pvalue.PCollection, db.Bag] = {}
+        self.consumed: set[pvalue.PCollection] = set()
+        self._side: dict[pvalue.PCollection, object] = {}
+
+    def visit_transform(self, node) -> None:
+        transform, label = node.transform, node.full_label
+        for pcoll in node.outputs.values():
+            if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
+                raise ConfigError(
+                    f"--runner DaskRunner: {label} makes a {type(pcoll.windowing.windowfn).__name__} "
+                    "PCollection; this runner runs global windows only"
+                )
+        inputs = [self._input(p) for p in node.inputs if isinstance(p, pvalue.PCollection)]
+        if isinstance(transform, _Create):
+            values = list(transform.values)
+            bag = db.from_sequence(values, npartitions=max(1, min(len(values), self.partitions)))
+        elif isinstance(transform, _Flatten):
+            bag = db.concat(inputs) if inputs else db.from_sequence([], npartitions=1)
+        elif isinstance(transform, _Reshuffle):  # spread elements (files, say) over the workers
+            (bag,) = inputs
+            if bag.npartitions < self.partitions:
+                bag = bag.repartition(self.partitions)
+        elif isinstance(transform, _GroupByKey):
+            (bag,) = inputs
+            bag = bag.groupby(_key_bytes, shuffle="tasks").map(_grouped)
+        elif isinstance(transform, beam.ParDo):
+            self._pardo(node, inputs[0])
+            return
+        else:
+            raise ConfigError(
+                f"--runner DaskRunner cannot run {label} ({type(transform).__name__}): this runner "
+                "translates Create, ParDo, GroupByKey, Flatten and Reshuffle"
+            )
+        (out,) = node.outputs.values()
+        self.bags[out] = bag
+
+    def _input(self, pcoll):
+        self.consumed.add(pcoll)
+        return self.bags[pcoll]
+
+    def _pardo(self, node, bag) -> None:
+        transform = node.transform
+        side = []
+        for view in node.side_inputs:  # in the order of transform.args' placeholders
+            self.consumed.add(view.pvalue)
+            side.append(self._side_values(view.pvalue))
+        views = [(type(view), view._view_options()) for view in node.side_inputs]
+        blob = pickler.dumps((transform.fn, transform.args, transform.kwargs, views))
+        tagged = any(tag is not None for tag in node.outputs)  # with_outputs: (tag, value) pairs
+        outputs = bag.map_partitions(_run_bundle, blob, node.full_label, tagged, *side)
+        for tag, pcoll in node.outputs.items():
+            self.bags[pcoll] = outputs.map_partitions(_select, tag) if tagged else outputs
+
+    def _side_values(self, pcoll):
+        """A side input as one Delayed list of its elements: computed once (one key in the graph,
+        which is computed unoptimized, so no fusion renames or copies it), handed to every task
+        that reads it."""
+        if pcoll not in self._side:
+            parts = self.bags[pcoll].to_delayed(optimize_graph=False)
+            self._side[pcoll] = dask.delayed(_concat, pure=True)(parts)
+        return self._side[pcoll]
+
+    def leaves(self) -> list:
+        """The bags of PCollections nothing reads, each reduced to its size: computing them all
+        computes the whole graph once (Beam's DaskRunner computed only the last transform's)."""
+        return [bag.map_partitions(_size) for pcoll, bag in self.bags.items() if pcoll not in self.consumed]
+
+
+_KEY_CODER = beam.coders.FastPrimitivesCoder().as_deterministic_coder("GroupByKey")
+
+
+def _key_bytes(kv) -> bytes:
+    """Keys group by their deterministic encoding, as on Beam's other runners (1 and 1.0 differ)."""
+    return _KEY_CODER.encode(kv[0])
+
+
+def _grouped(group) -> tuple:
+    _, pairs = group
+    return pairs[0][0], [value for _, value in pairs]
+
+
+def _concat(parts: list) -> list:
+    return [element for part in parts for element in part]
+
+
+def _size(part) -> list[int]:
+    return [sum(1 for _ in part)]
+
+
+def _select(part, tag) -> list:
+    return [value for got, value in part if got == tag]
+
+
+class _Outputs(dict):
+    """The receivers of one bundle: outputs of every tag, in emission order, as (tag, value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: list[tuple] = []
+
+    def __missing__(self, tag):
+        receiver = self[tag] = _Receiver(tag, self.values)
+        return receiver
+
+
+class _Receiver(Receiver):
+    def __init__(self, tag, values: list):
+        super().__init__()
+        self.tag, self.values = tag, values
+
+    def receive(self, windowed: WindowedValue) -> None:
+        self.values.append((self.tag, windowed.value))
+
+
+def _run_bundle(elements, blob: bytes, label: str, tagged: bool, *side_values) -> list:
+    """One partition as one bundle of a DoFn: setup, start_bundle, process each element,
+    finish_bundle, teardown; returns its outputs (with their tags when the ParDo has several).
+    A list, not a generator: dask keeps a task's result as returned and hands it to each of its
+    consumers, so an iterator would be read by the first one only."""
+    fn, args, kwargs, views = pickler.loads(blob)
+    side_inputs = [
+        SideInputMap(view_class, options, [_windowed(v) for v in values])
+        for (view_class, options), values in zip(views, side_values, strict=True)
+    ]
+    outputs = _Outputs()
+    handler = _OutputHandler(
+        window_fn=GlobalWindows(),
+        main_receivers=outputs[None],
+        tagged_receivers=outputs,
+        per_element_output_counter=None,
+        output_batch_converter=None,
+        process_yields_batches=False,
+        process_batch_yields_elements=False,
+    )
+    invoker = DoFnInvoker.create_invoker(
+        DoFnSignature(fn),
+        handler,
+        context=DoFnContext(label, state=None),
+        side_inputs=side_inputs,
+        input_args=args,
+        input_kwargs=kwargs,
+        user_state_context=None,
+        bundle_finalizer_param=beam.DoFn.BundleFinalizerParam(),
+    )
+
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for element in elements:
+        invoker.invoke_process(_windowed(element))
+    invoker.invoke_finish_bundle()  # before the outputs are taken: what it emits is kept
+    invoker.invoke_teardown()
+    return outputs.values if tagged else [value for _, value in outputs.values]
+
+
+_GLOBAL = (GlobalWindow(),)
+
+
+def _windowed(value) -> WindowedValue:
+    return WindowedValue(value, MIN_TIMESTAMP, _GLOBAL)
+
+
+# === The runner ===
+
+
+class _ForwardProgress(distributed.WorkerPlugin if _MISSING is None else object):
+    """On every worker, also one that joins or restarts mid-build: the progress logger at INFO,
+    so that dask's forward_logging has lines to forward."""
+
+    def setup(self, worker) -> None:
+        logging.getLogger(LOGGER).setLevel(logging.INFO)
+
+
+def _worker_view(probes: list[str], inputs: list[str]) -> dict:
+    """What a worker runs and sees: versions, whether each of the launcher's probe files is there,
+    and how many files each input pattern matches."""
+    return {
+        **_versions(),
+        "sees": [files.exists(probe) for probe in probes],
+        "inputs": [len(files.glob(pattern)) for pattern in inputs],
+    }
+
+
+def _versions() -> dict:
+    return {
+        "bertbeam": importlib.metadata.version("bertbeam"),
+        "apache-beam": importlib.metadata.version("apache-beam"),
+        "python": platform.python_version(),
+    }
+
+
+class DaskResult(PipelineResult):
+    """A finished build (the runner returns once the cluster is done)."""
+
+    def __init__(self, dashboard: str):
+        super().__init__(PipelineState.DONE)
+        self.dashboard = dashboard
+
+    def wait_until_finish(self, duration=None):
+        return self._state
+
+    def metrics(self):
+        raise NotImplementedError(
+            "bertbeam's DaskRunner collects no Beam metrics; the manifest's counts come from the "
+            "pipeline's own stats, and progress lines from the workers' logs"
+        )
+
+
+class DaskRunner(PipelineRunner):
+    """Runs a Beam pipeline on a dask.distributed cluster: the one at --dask_client_address (or
+    --dask_scheduler_file), else a local cluster of --dask_workers processes, stopped afterwards.
+    `shared` names folders every worker must see (the build's output), `inputs` the input patterns
+    every worker must match as the launcher does; `input_bytes`, the input's size, sets the least
+    number of partitions (--dask_npartitions overrides)."""
+
+    def __init__(self, shared: tuple[str, ...] = (), inputs: tuple[str, ...] = (), input_bytes: int = 0):
+        super().__init__()
+        self.shared, self.inputs = tuple(shared), tuple(inputs)
+        self.input_bytes = input_bytes
+
+    def run_pipeline(self, pipeline, options):
+        require_dask()
+        beam_options = options.view_as(DaskOptions)
+        # The scheduler of a local cluster runs in this process, and its INFO lines (every worker
+        # joining, every connection) would drown the build's own progress lines.
+        quiet = logging.getLogger("distributed")
+        level, _ = quiet.level, quiet.setLevel(logging.WARNING)
+        cluster = None
+        if beam_options.address or beam_options.scheduler_file:
+            where = beam_options.address or beam_options.scheduler_file
+            try:
+                client = distributed.Client(
+                    address=beam_options.address,
+                    scheduler_file=beam_options.scheduler_file,
+                    timeout=beam_options.timeout
+                    if isinstance(beam_options.timeout, int)
+                    else dask.config.no_default,
+                    name=beam_options.name,
+                    connection_limit=beam_options.connection_limit,
+                )
+            except OSError as e:
+                raise DaskBuildError(f"cannot reach the Dask scheduler at {where}: {e}") from None
+        else:
+            workers = options.view_as(ClusterOptions).dask_workers
+            cluster = distributed.LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,  # the DoFns hold the GIL: a process per core
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=":0",
+                silence_logs=logging.WARNING,
+            )
+            client = distributed.Client(cluster)
+        try:
+            log.info("Dask cluster %s: dashboard %s", client.scheduler.address, client.dashboard_link)
+            self._check_workers(client)
+            client.register_plugin(_ForwardProgress(), name="bertbeam-progress")
+            client.forward_logging(LOGGER, level=logging.INFO)
+            threads = sum(client.nthreads().values())
+            partitions = beam_options.npartitions or max(2 * threads, -(-self.input_bytes // PARTITION_BYTES))
+            pipeline.replace_all(_overrides())
+            translate = _Translate(partitions)
+            pipeline.visit(translate)
+            # Unoptimized: dask's bag optimization fuses chains of tasks into new keys, and a side
+            # input (a Delayed, optimized apart from the bags) would then compute its producers again
+            # (seen: the vocab trained 12 times in one build). A ParDo's task is large enough that
+            # fusion saves nothing measurable.
+            futures = client.compute(translate.leaves(), optimize_graph=False)
+            try:
+                client.gather(futures)
+            except distributed.KilledWorker as e:
+                client.cancel(futures)
+                raise DaskBuildError(f"the Dask cluster kept losing workers: {e}") from None
+            except BaseException:
+                client.cancel(futures)  # a remote cluster stops the build's other tasks too
+                raise
+            return DaskResult(client.dashboard_link)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+            quiet.setLevel(level)
+
+    def _check_workers(self, client) -> None:
+        """Every worker runs our versions, sees the shared folders and matches the input files the
+        launcher matches, or the build stops here in one line naming the worker. (A worker that
+        matched no input would build an empty corpus without a word.)"""
+        if not client.scheduler_info().get("workers"):
+            client.wait_for_workers(1, timeout=60)
+        ours = _versions()
+        probes = {folder: f"{folder}/_tmp/dask-probe-{uuid.uuid4().hex}" for folder in self.shared}
+        try:
+            for probe in probes.values():
+                files.write_atomically(probe, "bertbeam\n")
+            matched = [len(files.glob(pattern)) for pattern in self.inputs]
+            views = client.run(_worker_view, list(probes.values()), list(self.inputs))
+            for worker, view in sorted(views.items()):
+                other = [f"{k} {view[k]} (here {v})" for k, v in ours.items() if view[k] != v]
+                if other:
+                    raise DaskBuildError(
+                        f"Dask worker {worker} runs {', '.join(other)}: install the same on every worker"
+                    )
+                for folder, seen in zip(probes, view["sees"], strict=True):
+                    if not seen:
+                        raise DaskBuildError(
+                            f"Dask worker {worker} cannot see {folder}: the output must be storage every "
+                            "worker reaches (gs://, s3://, or the same shared mount on every host)"
+                        )
+                for pattern, here, there in zip(self.inputs, matched, view["inputs"], strict=True):
+                    if there != here:
+                        raise DaskBuildError(
+                            f"Dask worker {worker} matches {there} files for --input {pattern}, the launcher "
+                            f"{here}: the input must be storage every worker reaches, at the same path"
+                        )
+        finally:
+            for probe in probes.values():
+                if files.exists(probe):
+                    files.remove(probe)
