@@ -69,6 +69,13 @@ from pipeline.vocab import VocabError, VocabFile, kind_of
 log = logging.getLogger("bertbeam.corpus")
 
 PROG = "python -m pipeline.build_corpus"
+# --runner names of pipeline/dask_runner.py's DaskRunner (Beam's own cannot run this graph): the
+# short one, Beam's full one, ours last.
+DASK_RUNNERS = (
+    "DaskRunner",
+    "apache_beam.runners.dask.dask_runner.DaskRunner",
+    "pipeline.dask_runner.DaskRunner",
+)
 
 
 # === The pipeline ===
@@ -326,9 +333,9 @@ def register_dask_options(args: list[str]) -> None:
 
     runner = PipelineOptions(args).view_as(StandardOptions).runner
     flags = [arg.split("=", 1)[0] for arg in args if arg.startswith("--dask")]
-    if runner in dask_runner.NAMES or flags:
+    if runner in DASK_RUNNERS or flags:
         dask_runner.require_dask()
-    if flags and runner not in dask_runner.NAMES:  # else a DirectRunner build would ignore them
+    if flags and runner not in DASK_RUNNERS:  # else a DirectRunner build would ignore them
         on = runner or "DirectRunner"
         raise ConfigError(f"{flags[0]} is a Dask option: add --runner DaskRunner (this build runs on {on})")
 
@@ -371,8 +378,8 @@ def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> P
         # machine, no download, and --direct_num_workers / --direct_running_mode honoured.
         # Revisit when the DirectRunner stops reaching for the network (checked with Beam 2.77).
         standard.runner = "FnApiRunner"
-    elif standard.runner in dask_runner_names():
-        standard.runner = "pipeline.dask_runner.DaskRunner"  # Beam knows it only by its full name
+    elif standard.runner in DASK_RUNNERS:
+        standard.runner = DASK_RUNNERS[-1]  # Beam knows a runner by its full name only
     if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
         # Seen with Beam 2.77 (no upstream report found): this mode's GroupByKey dropped elements
         # (3 of 497 documents in one run, a different number the next), so it cannot give the
@@ -384,18 +391,12 @@ def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> P
     return options
 
 
-def dask_runner_names() -> tuple[str, ...]:
-    from pipeline.dask_runner import NAMES  # imports dask only when installed
-
-    return NAMES
-
-
 def runner_for(options: PipelineOptions, cfgs: list[CorpusConfig]):
     """The runner object for `options`, or None to let Beam create it from its name: ours for
     Dask, told which folder and input files every worker must see."""
-    if options.view_as(StandardOptions).runner not in dask_runner_names():
+    if options.view_as(StandardOptions).runner not in DASK_RUNNERS:
         return None
-    from pipeline.dask_runner import DaskRunner
+    from pipeline.dask_runner import DaskRunner  # imports dask.distributed: only for this runner
 
     patterns = cfgs[0].input_patterns if cfgs[0].format != "tfds" else ()
     size = input_bytes(patterns) if patterns else None

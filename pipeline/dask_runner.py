@@ -67,7 +67,6 @@ else:
     _MISSING = None
 
 INSTALL = "pip install 'bertbeam[dask]' (dask[distributed]) on the launcher and on every worker"
-NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner", "pipeline.dask_runner.DaskRunner")
 LOGGER = "bertbeam.corpus"  # the progress lines' logger, forwarded from the workers
 log = logging.getLogger(LOGGER)
 
@@ -330,9 +329,8 @@ def _versions() -> dict:
 class DaskResult(PipelineResult):
     """A finished build (the runner returns once the cluster is done)."""
 
-    def __init__(self, dashboard: str):
+    def __init__(self):
         super().__init__(PipelineState.DONE)
-        self.dashboard = dashboard
 
     def wait_until_finish(self, duration=None):
         return self._state
@@ -412,7 +410,7 @@ class DaskRunner(PipelineRunner):
             except BaseException:
                 client.cancel(futures)  # a remote cluster stops the build's other tasks too
                 raise
-            return DaskResult(client.dashboard_link)
+            return DaskResult()
         finally:
             client.close()
             if cluster is not None:
