@@ -76,6 +76,7 @@ log = logging.getLogger(LOGGER)
 # worker's memory as one list until every consumer has run (dask keeps task results whole), so a
 # partition's documents between reading and tokenizing weigh about this much.
 PARTITION_BYTES = 64 << 20
+WAIT_FOR_WORKERS = 60  # seconds a build waits for a first worker on a scheduler that has none
 
 
 class DaskBuildError(BertbeamError):
@@ -356,37 +357,19 @@ class DaskRunner(PipelineRunner):
 
     def run_pipeline(self, pipeline, options):
         require_dask()
-        beam_options = options.view_as(DaskOptions)
-        # The scheduler of a local cluster runs in this process, and its INFO lines (every worker
+        # A local cluster's scheduler runs in this process, and its INFO lines (every worker
         # joining, every connection) would drown the build's own progress lines.
         quiet = logging.getLogger("distributed")
-        level, _ = quiet.level, quiet.setLevel(logging.WARNING)
-        cluster = None
-        if beam_options.address or beam_options.scheduler_file:
-            where = beam_options.address or beam_options.scheduler_file
-            try:
-                client = distributed.Client(
-                    address=beam_options.address,
-                    scheduler_file=beam_options.scheduler_file,
-                    timeout=beam_options.timeout
-                    if isinstance(beam_options.timeout, int)
-                    else dask.config.no_default,
-                    name=beam_options.name,
-                    connection_limit=beam_options.connection_limit,
-                )
-            except OSError as e:
-                raise DaskBuildError(f"cannot reach the Dask scheduler at {where}: {e}") from None
-        else:
-            workers = options.view_as(ClusterOptions).dask_workers
-            cluster = distributed.LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,  # the DoFns hold the GIL: a process per core
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=":0",
-                silence_logs=logging.WARNING,
-            )
-            client = distributed.Client(cluster)
+        level = quiet.level
+        quiet.setLevel(logging.WARNING)
+        try:
+            return self._run(pipeline, options)
+        finally:
+            quiet.setLevel(level)
+
+    def _run(self, pipeline, options) -> DaskResult:
+        beam_options = options.view_as(DaskOptions)
+        client, cluster = self._connect(beam_options, options.view_as(ClusterOptions))
         try:
             log.info("Dask cluster %s: dashboard %s", client.scheduler.address, client.dashboard_link)
             self._check_workers(client)
@@ -415,14 +398,47 @@ class DaskRunner(PipelineRunner):
             client.close()
             if cluster is not None:
                 cluster.close()
-            quiet.setLevel(level)
+
+    @staticmethod
+    def _connect(beam_options, ours) -> tuple:
+        """(client, the local cluster it runs on or None): the scheduler named by Beam's Dask
+        options, else a local cluster of --dask_workers processes."""
+        where = beam_options.address or beam_options.scheduler_file
+        if not where:
+            cluster = distributed.LocalCluster(
+                n_workers=ours.dask_workers,
+                threads_per_worker=1,  # the DoFns hold the GIL: a process per core
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=":0",
+                silence_logs=logging.WARNING,
+            )
+            return distributed.Client(cluster), cluster
+        timeout = beam_options.timeout if isinstance(beam_options.timeout, int) else dask.config.no_default
+        try:
+            client = distributed.Client(
+                address=beam_options.address,
+                scheduler_file=beam_options.scheduler_file,
+                timeout=timeout,
+                name=beam_options.name,
+                connection_limit=beam_options.connection_limit,
+            )
+        except OSError as e:
+            raise DaskBuildError(f"cannot reach the Dask scheduler at {where}: {e}") from None
+        return client, None
 
     def _check_workers(self, client) -> None:
         """Every worker runs our versions, sees the shared folders and matches the input files the
         launcher matches, or the build stops here in one line naming the worker. (A worker that
         matched no input would build an empty corpus without a word.)"""
         if not client.scheduler_info().get("workers"):
-            client.wait_for_workers(1, timeout=60)
+            try:
+                client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
+            except TimeoutError:
+                raise DaskBuildError(
+                    f"no worker joined the Dask scheduler at {client.scheduler.address} in "
+                    f"{WAIT_FOR_WORKERS} s: start workers (dask worker {client.scheduler.address})"
+                ) from None
         ours = _versions()
         probes = {folder: f"{folder}/_tmp/dask-probe-{uuid.uuid4().hex}" for folder in self.shared}
         try:

@@ -44,7 +44,8 @@ def loopback_cluster(folder: Path, workers: int = 2):
             (cwd / f"tmp{n}").mkdir(exist_ok=True)
             procs.append(subprocess.Popen(worker, cwd=cwd, env={**env, "TMPDIR": str(cwd / f"tmp{n}")}))
         with distributed.Client(scheduler_file=str(scheduler_file), timeout=60) as client:
-            client.wait_for_workers(workers, timeout=120)
+            if workers:
+                client.wait_for_workers(workers, timeout=120)
             address = client.scheduler.address
         yield address
     finally:

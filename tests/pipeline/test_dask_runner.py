@@ -300,3 +300,14 @@ def test_a_shard_written_again_is_described_not_lost(tmp_path):
     again = list(write.process((("train", 0), [*paths, None]), plan))
     assert again == first == [{"split": "train", "file": "train-00000-of-00001.tfrecord", "records": 3,
                                "bytes": sum(len(r) for _, r in records)}]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_scheduler_without_workers_is_one_line(tmp_path, botchan, botchan_vocab, monkeypatch):
+    monkeypatch.setattr(dask_runner, "WAIT_FOR_WORKERS", 1)
+    with loopback_cluster(tmp_path / "cluster", workers=0) as address:
+        with pytest.raises(
+            dask_runner.DaskBuildError, match=r"no worker joined the Dask scheduler at tcp://"
+        ):
+            build_corpus.run(["--input", str(botchan), "--output", str(tmp_path / "out"), "--vocab",
+                              str(botchan_vocab), *on_dask(address)])  # fmt: skip
