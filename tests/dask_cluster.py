@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,10 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def loopback_cluster(folder: Path, workers: int = 2):
+def loopback_cluster(folder: Path, workers: int = 2, config: dict[str, str] | None = None):
     """Yields the scheduler's address (tcp://127.0.0.1:PORT) once `workers` one-thread workers
     have joined; stops every process afterwards. The workers run in `folder`/workers (their
-    working directory), not in the test's, with temp folders `folder`/workers/tmp0, tmp1, ..."""
+    working directory), not in the test's, with temp folders `folder`/workers/tmp0, tmp1, ...
+    `config`: dask settings for every process, as environment variables (DASK_...)."""
     import distributed
 
     scheduler_file = folder / "scheduler.json"
@@ -26,13 +28,18 @@ def loopback_cluster(folder: Path, workers: int = 2):
     # The workers import what the pipeline's DoFns are made of: bertbeam (installed) and, for
     # the tests' own DoFns, this repository's tests/ package, as a user ships their code to workers.
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "warning"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "warning",
+        **(config or {}),
+    }
     dask = [sys.executable, "-m", "dask"]
     at = ["--scheduler-file", str(scheduler_file)]
     scheduler = [*dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0", *at]
     worker = [*dask, "worker", *at, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
               "--no-dashboard", "--local-directory", str(cwd / "dask-scratch")]  # fmt: skip
-    procs = [subprocess.Popen(scheduler, cwd=cwd, env=env)]
+    procs = [subprocess.Popen(scheduler, cwd=cwd, env=env, start_new_session=True)]
     try:
         deadline = time.monotonic() + 60
         while not scheduler_file.exists():
@@ -42,7 +49,8 @@ def loopback_cluster(folder: Path, workers: int = 2):
             # Each worker its own temp folder (TMPDIR), which a test can check stays empty: a stage
             # that wrote to its host's temp would break on several hosts.
             (cwd / f"tmp{n}").mkdir(exist_ok=True)
-            procs.append(subprocess.Popen(worker, cwd=cwd, env={**env, "TMPDIR": str(cwd / f"tmp{n}")}))
+            tmp = {"TMPDIR": str(cwd / f"tmp{n}")}
+            procs.append(subprocess.Popen(worker, cwd=cwd, env={**env, **tmp}, start_new_session=True))
         with distributed.Client(scheduler_file=str(scheduler_file), timeout=60) as client:
             if workers:
                 client.wait_for_workers(workers, timeout=120)
@@ -55,11 +63,10 @@ def loopback_cluster(folder: Path, workers: int = 2):
                 distributed.Client(scheduler_file=str(scheduler_file), timeout=10) as client,
             ):
                 client.shutdown()  # scheduler and workers close cleanly (a SIGTERM'd nanny waits 8 s)
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
+        deadline = time.monotonic() + 10
         for proc in reversed(procs):
             try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:  # a nanny still restarting its worker, say
+                os.killpg(proc.pid, signal.SIGKILL)  # with its worker: each started in its own group
+                proc.wait()

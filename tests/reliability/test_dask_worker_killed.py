@@ -6,14 +6,16 @@ and no manifest. Never a corpus that looks complete but is not."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
 
+import apache_beam as beam
 import pytest
 
 from pipeline import build_corpus
-from pipeline.dask_runner import DaskBuildError
+from pipeline.dask_runner import DaskBuildError, DaskRunner
 from tests.conftest import build
 from tests.dask_cluster import loopback_cluster
 
@@ -85,3 +87,27 @@ def test_a_worker_killed_mid_build(python_docs, tmp_path, report, caplog, moment
         f"Dask worker SIGKILLed mid-build, {moment} (2 workers on loopback)",
         detail=f"{len(killed_at)} shards written at the kill; {result}; {found} shards found already written",
     )
+
+
+class _KillOwnWorker(beam.DoFn):
+    """A task that takes its worker down every time it runs (as one out of memory would)."""
+
+    def process(self, element):
+        os.kill(os.getpid(), signal.SIGKILL)
+        yield element
+
+
+def test_a_task_that_keeps_killing_workers_stops_the_build(tmp_path, report):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    # The scheduler gives up on a task after it took down 1 + allowed-failures workers.
+    config = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+    with loopback_cluster(tmp_path / "cluster", config=config) as address:
+        options = PipelineOptions(["--dask_client_address", address])
+        p = beam.Pipeline(runner=DaskRunner(), options=options)
+        _ = p | beam.Create([1]) | beam.ParDo(_KillOwnWorker()) | beam.Map(print)
+        with pytest.raises(DaskBuildError) as error:
+            p.run()
+    line = str(error.value)
+    assert "\n" not in line and re.search(r"kept losing workers: .*tcp://127\.0\.0\.1:\d+", line), line
+    report("Dask task that SIGKILLs its worker every time", detail=f"`error: {line[:160]}...`")
