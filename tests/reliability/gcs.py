@@ -36,6 +36,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import distributed
+
 BUCKET = "bertbeam"
 KEY_USAGES = ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
               "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only")  # fmt: skip
@@ -272,16 +274,29 @@ def upload(gcs_url: str, bucket: str, name: str, data: bytes) -> None:
     urllib.request.urlopen(request, timeout=60).read()
 
 
-def main(argv: list[str]) -> None:
-    """`python -m tests.reliability.gcs MODULE ARGS...`: runs `python -m MODULE ARGS` with Beam's
-    GCS credentials settled as anonymous (as the emulator needs). Without this, Beam retries
-    google.auth.default() with backoff for ~25 s before it goes anonymous by itself."""
-    import runpy
-
+def anonymous_beam_credentials() -> None:
+    """Beam's GCS credentials settled as anonymous in this process (as the emulator needs).
+    Without this, Beam retries google.auth.default() with backoff for ~25 s before it goes
+    anonymous by itself."""
     from apache_beam.internal.gcp import auth
 
     with auth._Credentials._credentials_lock:
         auth._Credentials._credentials, auth._Credentials._credentials_init = None, True
+
+
+class AnonymousGcs(distributed.WorkerPlugin):
+    """`anonymous_beam_credentials` on every worker of a Dask cluster, restarted ones too."""
+
+    def setup(self, worker) -> None:
+        anonymous_beam_credentials()
+
+
+def main(argv: list[str]) -> None:
+    """`python -m tests.reliability.gcs MODULE ARGS...`: runs `python -m MODULE ARGS` with Beam's
+    GCS credentials settled as anonymous (`anonymous_beam_credentials`)."""
+    import runpy
+
+    anonymous_beam_credentials()
     sys.argv = argv
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
 
