@@ -43,6 +43,16 @@ def tfrecord_framed(record: bytes) -> bytes:
     return b"".join((_length_header(len(record)), record, struct.pack("<I", _masked_crc32c(record))))
 
 
+def count_framed(data: bytes) -> int:
+    """The number of records in `data`, TFRecord-framed as `tfrecord_framed` writes them (a
+    shard's bytes): each is its length (8), the length's CRC (4), the record, its CRC (4)."""
+    records, at = 0, 0
+    while at < len(data):
+        at += 16 + int.from_bytes(data[at : at + 8], "little")
+        records += 1
+    return records
+
+
 @functools.lru_cache(maxsize=1 << 12)
 def _length_header(length: int) -> bytes:  # records of a corpus have a few hundred lengths
     packed = struct.pack("<Q", length)

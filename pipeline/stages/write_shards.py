@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 from pipeline import files, schema
 from pipeline.parts import (
     TMP_DIR,
+    count_framed,
     read_part,
     shard_name,
 )
@@ -62,10 +63,7 @@ class WriteShard(beam.DoFn):
 
     def _written(self, split: str, name: str) -> dict:
         data = files.read_file(f"{self._output_dir}/{name}")
-        records, at = 0, 0
-        while at < len(data):  # TFRecord framing: length (8), its CRC (4), data, data CRC (4)
-            at += 16 + int.from_bytes(data[at : at + 8], "little")
-            records += 1
+        records = count_framed(data)
         log.info("%s was already written (%d records)", name, records)
         return {"split": split, "file": name, "records": records, "bytes": len(data)}
 
