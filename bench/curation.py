@@ -108,7 +108,7 @@ def true_jaccards(texts: list[str]) -> dict[tuple[int, int], float]:
     """Every pair's Jaccard that shares a shingle (the rest are 0), from an inverted index."""
     from collections import Counter, defaultdict
 
-    from pipeline import minhash
+    from pipeline.curation import minhash
 
     sets = [set(minhash.shingle_hashes(minhash.units(t, "words"), 5).tolist()) for t in texts]
     holders = defaultdict(list)
@@ -130,8 +130,8 @@ def our_clusters(texts: list[str]) -> tuple[dict[int, int], float]:
 
     from pipeline.build_corpus import pipeline_options
     from pipeline.config import CorpusConfig
+    from pipeline.curation.near_dedup import NearDeduplicate
     from pipeline.keys import content_key
-    from pipeline.stages import NearDeduplicate
 
     cfg = CorpusConfig(
         input_patterns=("unused",), output_dir="unused", vocab_size=99, near_dedup_threshold=THRESHOLD
@@ -215,7 +215,7 @@ def near_dedup(data: Path) -> dict:
 
 # === Side by side with datatrove ===
 
-# datatrove's rejection reasons -> the rule of pipeline/quality.py that decides the same thing
+# datatrove's rejection reasons -> the rule of pipeline/curation/quality.py that decides the same thing
 DATATROVE_RULES = {
     "dup_para_frac": "gopher_duplicate_paragraphs", "dup_para_char_frac": "gopher_duplicate_paragraph_chars",
     "dup_line_frac": "gopher_duplicate_lines", "dup_line_char_frac": "gopher_duplicate_line_chars",
@@ -250,7 +250,7 @@ def filter_documents(data: Path) -> dict[str, list[str]]:
 
 
 def our_reasons(texts: list[str]) -> dict:
-    from pipeline import quality
+    from pipeline.curation import quality
 
     families = {"gopher_repetition": quality.gopher_repetition, "gopher_quality": quality.gopher_quality,
                 "c4": quality.c4}  # fmt: skip
@@ -357,7 +357,7 @@ def distinct_copies(source: Path, folder: Path, copies: int) -> str:
     another: in copy c every word of 4 letters or more is swapped for another such word by a
     permutation drawn from c (the short words, stop words among them, stay), so each copy still
     reads as English to the language and quality rules."""
-    from pipeline.quality import STOP_WORDS
+    from pipeline.curation.quality import STOP_WORDS
 
     folder.mkdir(parents=True, exist_ok=True)
     texts = {path.name: path.read_text(encoding="utf-8") for path in sorted(source.glob("*.txt"))}
@@ -383,7 +383,7 @@ def cost(data: Path) -> dict:
     sys.path.insert(0, str(REPO / "bench"))
     from corpus import run_pipeline
 
-    from pipeline import quality
+    from pipeline.curation import quality
     from pipeline.fetch_corpora import en_general
 
     source = en_general(data)

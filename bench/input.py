@@ -28,7 +28,7 @@ BATCH = 256
 
 
 def measure(corpus: str, masking, seconds: float = 10.0, sources: int = 1) -> float:
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     config = InputConfig(per_replica_batch_size=BATCH, training=True, seed=0, dynamic_masking=masking)
@@ -63,7 +63,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = args.corpus or docs_corpus(tmp)
-        from pipeline.input import DynamicMasking
+        from pipeline.reader.dynamic_masking import DynamicMasking
 
         print(f"corpus {corpus}, batch {BATCH}, seq_len 128, {os.cpu_count()} cores")
         static = measure(corpus, None, args.seconds)

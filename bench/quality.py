@@ -208,7 +208,8 @@ def step_cost(lang: str, data: Path, out: Path) -> dict:
     from launch.optimizer import build_optimizer
     from model.config import BertConfig
     from model.pretraining import Objective
-    from pipeline.input import DynamicMasking, InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.reader.dynamic_masking import DynamicMasking
     from pipeline.schema import read_manifest
 
     start = time.time()

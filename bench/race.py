@@ -183,7 +183,7 @@ def race(args, data: Path) -> dict:
     from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
     from pipeline.vocab import VocabFile
 

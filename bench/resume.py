@@ -36,7 +36,7 @@ REPLAY_MEASURED_UP_TO = 10**4
 
 
 def first_batch_seconds(manifest, skip_batches: int, repeats: int = 3) -> float:
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
 
     config = InputConfig(per_replica_batch_size=BATCH, training=True, seed=0)
     times = []

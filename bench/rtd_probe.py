@@ -39,8 +39,8 @@ import tensorflow as tf  # noqa: E402
 
 from model.bert import build_encoder  # noqa: E402
 from model.config import BertConfig  # noqa: E402
-from pipeline.input import InputConfig, make_dataset  # noqa: E402
 from pipeline.masking import MaskingTables  # noqa: E402
+from pipeline.reader.dataset import InputConfig, make_dataset  # noqa: E402
 from pipeline.schema import read_manifest  # noqa: E402
 from pipeline.vocab import VocabFile  # noqa: E402
 

@@ -30,7 +30,7 @@ def batches(corpus: str, batch_size: int, count: int):
     neither model waits on the input pipeline, and both see the very same tensors)."""
     import tensorflow as tf
 
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     ds = make_dataset(read_manifest(corpus), "train", InputConfig(batch_size, training=True, seed=0))

@@ -11,7 +11,7 @@
 A mixture's corpora must agree on what the model sees: vocab (sha256), seq_len, max_predictions
 and the records' features and pair task (the manifests say); a mismatch is one line naming the
 corpus. Rates are per example: each record's corpus is drawn with the run's seed, in blocks
-with a fixed quota per corpus (`pipeline/input.py`), so the order is a pure function of the seed
+with a fixed quota per corpus (`pipeline/reader/order.py`), so the order is a pure function of the seed
 and a resumed run seeks its position in every corpus.
 """
 

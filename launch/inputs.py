@@ -13,7 +13,9 @@ import tensorflow as tf
 from launch.config import TrainConfig
 from launch.data import Corpora
 from launch.run_dir import RunDir
-from pipeline.input import DynamicMasking, InputConfig, InputError, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
+from pipeline.reader.dynamic_masking import DynamicMasking
+from pipeline.reader.shards import InputError
 from pipeline.schema import Manifest
 
 

@@ -52,7 +52,7 @@ from launch.optimizer import build_optimizer
 from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, RunDir
 from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy
 from model.config import BertConfig
-from pipeline.input import naming_bad_shards
+from pipeline.reader.shards import naming_bad_shards
 from pipeline.schema import Manifest
 
 POLICIES = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}

@@ -25,57 +25,45 @@ records), so no step holds the corpus: peak memory is the same at 1x and 8x.
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import json
 import logging
 import sys
-from collections import Counter
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from common.cli import Parser, add_arguments, run_cli
 from common.errors import ConfigError
-from pipeline import files, progress, schema, segment
+from pipeline import files, schema, segment
 from pipeline.config import CorpusConfig, per_length
+from pipeline.curation.curate import CurateDocuments, DropRemoved
+from pipeline.curation.quality import Thresholds
+from pipeline.curation.samples import CURATION_DIR, write_removed_samples
 from pipeline.parts import remove_tmp, spill_dir
-from pipeline.quality import Thresholds
-from pipeline.stages import (
-    CURATION_DIR,
-    BadInputError,
-    CreateInstances,
-    CurateDocuments,
-    DeduplicateDocuments,
-    DropRemoved,
-    PlanGroups,
-    ReadDocuments,
-    RereadDocuments,
-    SampleRemoved,
-    SumCounters,
-    TokenizeDocuments,
-    TrainVocab,
-    WriteManifest,
-    WriteShards,
+from pipeline.runners.options import (
     is_dry_run,
-    write_samples,
-    write_vocab,
+    pipeline_options,
+    refuse_unknown_flags,
+    register_dask_options,
+    uses_dask,
 )
-from pipeline.stages.read import input_bytes
+from pipeline.stages import progress
+from pipeline.stages.create_instances import CreateInstances
+from pipeline.stages.dedup import DeduplicateDocuments
+from pipeline.stages.manifest import WriteManifest
+from pipeline.stages.plan import PlanGroups
+from pipeline.stages.read import ReadDocuments, RereadDocuments, input_bytes
+from pipeline.stages.stats import BadInputError, SumCounters
+from pipeline.stages.tokenize import TokenizeDocuments
+from pipeline.stages.train_vocab import TrainVocab, write_vocab
+from pipeline.stages.write_shards import WriteShards
 from pipeline.vocab import VocabError, VocabFile, kind_of
 
 log = logging.getLogger("bertbeam.corpus")
 
 PROG = "python -m pipeline.build_corpus"
-# --runner names of pipeline/dask_runner.py's DaskRunner (Beam's own cannot run this graph): the
-# short one, Beam's full one, ours last.
-DASK_RUNNERS = (
-    "DaskRunner",
-    "apache_beam.runners.dask.dask_runner.DaskRunner",
-    "pipeline.dask_runner.DaskRunner",
-)
 
 
 # === The pipeline ===
@@ -151,24 +139,6 @@ def build_pipeline(
             )
         )
     return manifests
-
-
-def write_removed_samples(cfg: CorpusConfig, removed, docs, reread, folder: str):
-    """A seeded sample of the removed documents per reason, with their texts (read again), into
-    `folder`; returns a stats PCollection (the files written), which the manifest waits for."""
-    sample = removed | "SampleRemoved" >> SampleRemoved(cfg.curation_samples, cfg.seed)
-    sampled_docs = (
-        {"sample": sample, "doc": docs}
-        | "JoinSampleDocs" >> beam.CoGroupByKey()
-        | "SampledDocs"
-        >> beam.FlatMap(lambda kg: [(kg[0], d) for d in kg[1]["doc"]] if kg[1]["sample"] else [])
-    )
-    texts = reread(sampled_docs, "ForSamples") | "CollectSampleTexts" >> beam.combiners.ToList()
-    return (
-        texts
-        | "WriteRemovedSamples" >> beam.Map(write_samples, beam.pvalue.AsList(sample), folder)
-        | "SamplesWritten" >> beam.Map(lambda paths: Counter({"curation/sample_files": len(paths)}))
-    )
 
 
 def spill_root(cfgs: list[CorpusConfig]) -> str:
@@ -318,85 +288,16 @@ def parse_args(
     ours = parser()
     args, rest = ours.parse_known_args(argv)
     register_dask_options(rest)
-    refuse_unknown_flags(rest, ours)
+    refuse_unknown_flags(rest, ours, PROG)
     return per_length(vars(args)), pipeline_options(rest, save_main_session)
-
-
-def register_dask_options(args: list[str]) -> None:
-    """Beam registers its Dask options (--dask_client_address, ...) only when its DaskRunner's
-    module is imported, so a build that names the runner or one of them imports ours (which
-    imports Beam's) before the flag check; without dask installed, naming the runner is a one-line
-    error saying how to install it."""
-    if not any("dask" in arg.lower() for arg in args):
-        return  # no import of dask.distributed (a second) for the other runners
-    from pipeline import dask_runner
-
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
-    flags = [arg.split("=", 1)[0] for arg in args if arg.startswith("--dask")]
-    if runner in DASK_RUNNERS or flags:
-        dask_runner.require_dask()
-    if flags and runner not in DASK_RUNNERS:  # else a DirectRunner build would ignore them
-        on = runner or "DirectRunner"
-        raise ConfigError(f"{flags[0]} is a Dask option: add --runner DaskRunner (this build runs on {on})")
-
-
-def refuse_unknown_flags(args: list[str], ours: argparse.ArgumentParser) -> None:
-    """Every flag in `args` must be one of Beam's registered pipeline options: Beam itself only
-    warns "Discarding unparseable args", after the build, so a misspelled --whole_word_mask would
-    silently build another corpus. Beam's own parser decides, as it would later."""
-    found: dict[str, list[str]] = {}
-
-    def check(beam_parser: argparse.ArgumentParser) -> None:  # Beam's parser, every option added
-        found["unknown"] = beam_parser.parse_known_args(args)[1]
-        found["known"] = [flag for action in beam_parser._actions for flag in action.option_strings]
-
-    PipelineOptions(args).get_all_options(add_extra_args_fn=check, retain_unknown_options=True)
-    unknown = found["unknown"]
-    if not unknown:
-        return
-    flags = [arg.split("=", 1)[0] for arg in unknown if arg.startswith("-")]
-    if not flags or not unknown[0].startswith("-"):
-        raise ConfigError(
-            f"unexpected argument {unknown[0]!r} (every value follows its flag; see {PROG} --help)"
-        )
-    known = [flag for action in ours._actions for flag in action.option_strings] + found["known"]
-    hints = [match for flag in flags for match in difflib.get_close_matches(flag, known, n=1)]
-    maybe = f" (did you mean {', '.join(hints)}?)" if hints else ""
-    raise ConfigError(
-        f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(flags)}{maybe}: neither bertbeam nor "
-        f"Beam's pipeline options know {'them' if len(flags) > 1 else 'it'}; see {PROG} --help"
-    )
-
-
-def pipeline_options(beam_args: list[str], save_main_session: bool = False) -> PipelineOptions:
-    options = PipelineOptions(beam_args, save_main_session=save_main_session)
-    standard = options.view_as(StandardOptions)
-    if standard.runner in (None, "DirectRunner"):
-        # Beam's DirectRunner first tries Prism, a Go binary it downloads from GitHub at run time,
-        # and falls back to the in-process FnApiRunner where that fails (offline, say; since
-        # apache/beam#32876). Ask for the FnApiRunner directly: the same tested engine on every
-        # machine, no download, and --direct_num_workers / --direct_running_mode honoured.
-        # Revisit when the DirectRunner stops reaching for the network (checked with Beam 2.77).
-        standard.runner = "FnApiRunner"
-    elif standard.runner in DASK_RUNNERS:
-        standard.runner = DASK_RUNNERS[-1]  # Beam knows a runner by its full name only
-    if options.view_as(DirectOptions).direct_running_mode == "multi_threading":
-        # Seen with Beam 2.77 (no upstream report found): this mode's GroupByKey dropped elements
-        # (3 of 497 documents in one run, a different number the next), so it cannot give the
-        # counts a manifest promises. Lift this once test_same_seed_same_bytes passes in this mode.
-        raise ConfigError(
-            "--direct_running_mode multi_threading loses elements in Beam's DirectRunner; "
-            "use in_memory (default) or multi_processing"
-        )
-    return options
 
 
 def runner_for(options: PipelineOptions, cfgs: list[CorpusConfig]):
     """The runner object for `options`, or None to let Beam create it from its name: ours for
     Dask, told which folder and input files every worker must see."""
-    if options.view_as(StandardOptions).runner not in DASK_RUNNERS:
+    if not uses_dask(options):
         return None
-    from pipeline.dask_runner import DaskRunner  # imports dask.distributed: only for this runner
+    from pipeline.runners.dask_runner import DaskRunner  # imports dask.distributed: only for this runner
 
     patterns = cfgs[0].input_patterns if cfgs[0].format != "tfds" else ()
     size = input_bytes(patterns) if patterns else None

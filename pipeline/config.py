@@ -11,9 +11,9 @@ from typing import Literal
 
 from common.cli import field
 from common.errors import need
-from pipeline.minhash import MAX_SHINGLE_SIZE
-from pipeline.quality import FILTERS as QUALITY_FILTERS
-from pipeline.quality import Thresholds
+from pipeline.curation.minhash import MAX_SHINGLE_SIZE
+from pipeline.curation.quality import FILTERS as QUALITY_FILTERS
+from pipeline.curation.quality import Thresholds
 from pipeline.text import codec_name
 
 
@@ -147,7 +147,7 @@ class CorpusConfig:
     )  # fmt: skip
     quality_thresholds: str | None = field(
         None, "override quality rules' limits: NAME=VALUE[,NAME=VALUE...] or a .json file of them "
-        "(names: pipeline/quality.py Thresholds)", metavar="NAME=VALUE,...|FILE.json",
+        "(names: pipeline/curation/quality.py Thresholds)", metavar="NAME=VALUE,...|FILE.json",
     )  # fmt: skip
     languages: tuple[str, ...] = field(
         (), "keep only documents identified (CLD2) as one of these ISO 639-1 codes, e.g. en,zh",

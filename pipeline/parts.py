@@ -13,12 +13,10 @@ import struct
 import uuid
 from typing import NamedTuple
 
+import google_crc32c
 import numpy as np
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from pipeline import files
-
-_masked_crc32c = _TFRecordUtil._masked_crc32c
 
 TMP_DIR = "_tmp"  # parts and unfinished shards live here; a finished build removes it
 
@@ -37,9 +35,9 @@ def tfrecord_framed(record: bytes) -> bytes:
     of the data. Parts hold records framed, so a shard is their bytes in order, and the builder
     needs no TensorFlow.
 
-    The checksum is Beam's own (`_TFRecordUtil._masked_crc32c`, which its WriteToTFRecord uses;
-    private in Beam 2.77, a C CRC-32C): tests read every shard back with TF's reader, which
-    verifies both checksums of every record."""
+    The checksum is CRC-32C in C (google-crc32c, the implementation Beam's WriteToTFRecord picks
+    too), masked as TFRecord masks it (`_masked_crc32c`): tests read every shard back with TF's
+    reader, which verifies both checksums of every record."""
     return b"".join((_length_header(len(record)), record, struct.pack("<I", _masked_crc32c(record))))
 
 
@@ -51,6 +49,13 @@ def count_framed(data: bytes) -> int:
         at += 16 + int.from_bytes(data[at : at + 8], "little")
         records += 1
     return records
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C: the checksum rotated right by 15 bits plus a constant (so that a
+    CRC of data holding CRCs is not trivially a CRC)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 @functools.lru_cache(maxsize=1 << 12)

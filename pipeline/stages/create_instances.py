@@ -9,7 +9,6 @@ from collections import Counter
 import apache_beam as beam
 import numpy as np
 
-from pipeline import progress as _progress
 from pipeline import schema
 from pipeline.config import CorpusConfig
 from pipeline.instances import SpecialIds, create_instances
@@ -21,8 +20,9 @@ from pipeline.parts import (
     tfrecord_framed,
     write_part,
 )
-from pipeline.stages.common import count_stats
+from pipeline.stages import progress as _progress
 from pipeline.stages.plan import estimate_instances
+from pipeline.stages.stats import count_stats
 from pipeline.tfexample import serialize_examples
 
 

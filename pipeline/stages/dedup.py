@@ -7,7 +7,7 @@ from collections import Counter
 import apache_beam as beam
 
 from pipeline.keys import content_key
-from pipeline.stages.common import count_stats
+from pipeline.stages.stats import count_stats
 
 
 class _KeepOneCount(beam.CombineFn):

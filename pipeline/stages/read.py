@@ -16,11 +16,12 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import progress as _progress
 from pipeline import text
 from pipeline.config import CorpusConfig
 from pipeline.keys import content_key
-from pipeline.stages.common import BadInputError, count_stats, is_dry_run
+from pipeline.runners.options import is_dry_run
+from pipeline.stages import progress as _progress
+from pipeline.stages.stats import BadInputError, count_stats
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -115,7 +116,7 @@ class ReadFileDocuments(beam.DoFn):
         if documents == 0 and not any(k.startswith("skipped/bad_file") for k in stats):
             stats["skipped/empty_file"] += 1
         stats["input/documents"] += documents
-        log.debug("read %s: %d documents", path, documents)  # progress lines: pipeline/progress.py
+        log.debug("read %s: %d documents", path, documents)  # progress lines: stages/progress.py
         yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
 
 

@@ -9,7 +9,6 @@ from collections import Counter
 import apache_beam as beam
 import numpy as np
 
-from pipeline import progress as _progress
 from pipeline import segment, text
 from pipeline.config import CorpusConfig
 from pipeline.instances import TokenizedDoc
@@ -17,7 +16,8 @@ from pipeline.keys import split_of
 from pipeline.parts import (
     Spill,
 )
-from pipeline.stages.common import BadInputError, count_stats
+from pipeline.stages import progress as _progress
+from pipeline.stages.stats import BadInputError, count_stats
 
 
 class TokenizeDocuments(beam.DoFn):

@@ -12,7 +12,7 @@ from pipeline import schema, text
 from pipeline.config import CorpusConfig
 from pipeline.files import write_atomically
 from pipeline.keys import content_key, seeded_key
-from pipeline.stages.common import BadInputError
+from pipeline.stages.stats import BadInputError
 from pipeline.vocab import VocabFile, train_sentencepiece, train_wordpiece
 
 log = logging.getLogger("bertbeam.corpus")

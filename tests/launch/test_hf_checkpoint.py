@@ -263,7 +263,7 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
     import tensorflow as tf
 
     from launch.export import restore
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     for fmt in ("hf", "google", "keras"):

@@ -18,7 +18,7 @@ from launch.config import TrainConfig
 from launch.optimizer import WarmupLinearDecay
 from launch.train import TrainError, build, prepare, train
 from model.config import BertConfig
-from pipeline.input import InputConfig, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from launch.export import ExportError, export_as, restore
 from launch.finetune import finetune
 from launch.train import train
 from model.config import BertConfig
-from pipeline.input import InputConfig, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
 from tests.launch.test_hf_checkpoint import load_quietly

@@ -52,7 +52,7 @@ def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
     from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(str(small_corpus))

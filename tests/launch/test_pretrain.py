@@ -18,7 +18,7 @@ from launch.config import ConfigError, TrainConfig
 from launch.train import TrainError, prepare, train
 from model.bert import build_pretraining_model, encoder_from
 from model.config import BertConfig
-from pipeline.input import InputConfig, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]

@@ -183,7 +183,7 @@ def test_masked_lm_loss_is_normalised_by_real_masked_tokens():
 
 @pytest.mark.slow
 def test_train_step_compiles_with_xla_and_a_tiny_model_overfits(small_corpus):
-    from pipeline.input import InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(str(small_corpus))

@@ -22,7 +22,7 @@ import keras
 from model.bert import build_pretraining_model
 from model.config import BertConfig
 from model.losses import MaskedLMLoss, compile_pretraining
-from pipeline.input import InputConfig, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

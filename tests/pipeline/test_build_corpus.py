@@ -580,7 +580,7 @@ def test_progress_counts_every_byte_document_and_instance(
 
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipeline import progress
+    from pipeline.stages import progress
 
     monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)  # a line per update
     (tmp_path / "in").mkdir()

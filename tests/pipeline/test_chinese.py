@@ -16,8 +16,9 @@ import pytest
 import transformers
 
 from pipeline import build_corpus, text
-from pipeline.input import DynamicMasking, InputConfig, make_dataset
 from pipeline.keys import content_key, split_of
+from pipeline.reader.dataset import InputConfig, make_dataset
+from pipeline.reader.dynamic_masking import DynamicMasking
 from pipeline.schema import read_manifest
 from tests.conftest import build, read_records, unmasked
 from tests.corpus_checks import expected_documents

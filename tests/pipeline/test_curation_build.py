@@ -14,8 +14,10 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 
-from pipeline import build_corpus, curation_report, quality
+from pipeline import build_corpus
 from pipeline.config import CorpusConfig
+from pipeline.curation import quality
+from pipeline.curation import report as curation_report
 from tests.conftest import build
 from tests.pipeline.test_quality import planted
 

@@ -17,7 +17,8 @@ from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import WindowedValue
 
 from common.errors import ConfigError
-from pipeline import build_corpus, dask_runner
+from pipeline import build_corpus
+from pipeline.runners import dask_runner, dask_translate
 from tests.conftest import REPO, build
 from tests.dask_cluster import loopback_cluster
 
@@ -205,7 +206,7 @@ def test_tags_side_inputs_finish_bundle_and_every_leaf(cluster, tmp_path):
 def test_beams_own_dask_runner_mixes_a_pardos_outputs(cluster):
     """The upstream cause of "too many values to unpack (expected 2)" in ReifyWindows: Beam's
     translation gives a consumer of the main output the "stats" outputs too. If this starts
-    passing, Beam fixed it and pipeline/dask_runner.py can shrink."""
+    passing, Beam fixed it and pipeline/runners/dask_translate.py can shrink."""
     from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
 
     options = PipelineOptions(["--dask_client_address", cluster])
@@ -223,8 +224,8 @@ def test_beams_own_dask_runner_mixes_a_pardos_outputs(cluster):
 def test_other_windows_are_refused_before_anything_runs():
     p = beam.Pipeline(runner=dask_runner.DaskRunner())
     _ = p | beam.Create([1, 2]) | beam.WindowInto(window.FixedWindows(10)) | beam.Map(str)
-    translate = dask_runner._Translate(partitions=2)
-    p.replace_all(dask_runner._overrides())
+    translate = dask_translate.Translate(partitions=2)
+    p.replace_all(dask_translate.overrides())
     with pytest.raises(ConfigError, match=r"WindowInto.* FixedWindows PCollection; this runner runs global"):
         p.visit(translate)
 
@@ -237,7 +238,7 @@ def test_dask_by_its_short_name_with_its_options(botchan, botchan_vocab, tmp_pat
         ["--input", str(botchan), "--output", str(tmp_path), "--vocab", str(botchan_vocab), "--runner",
          "DaskRunner", "--dask_client_address", "tcp://127.0.0.1:8786", "--dask_workers", "3"]
     )  # fmt: skip
-    assert options.view_as(StandardOptions).runner == "pipeline.dask_runner.DaskRunner"
+    assert options.view_as(StandardOptions).runner == "pipeline.runners.dask_runner.DaskRunner"
     assert options.view_as(dask_runner.DaskOptions).address == "tcp://127.0.0.1:8786"
     assert options.view_as(dask_runner.ClusterOptions).dask_workers == 3
     runner = build_corpus.runner_for(options, cfgs)

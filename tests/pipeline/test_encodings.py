@@ -13,7 +13,8 @@ import pytest
 
 from pipeline import text
 from pipeline.config import CorpusConfig
-from pipeline.stages import BadInputError, ReadFileDocuments
+from pipeline.stages.read import ReadFileDocuments
+from pipeline.stages.stats import BadInputError
 from tests.conftest import build
 from tests.corpus_checks import expected_documents
 

@@ -5,7 +5,7 @@ the same tensors our input function gives."""
 import numpy as np
 import tensorflow as tf
 
-from pipeline.input import InputConfig, make_dataset
+from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 
 

@@ -8,18 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.input import (
-    MIXTURE_BLOCK,
-    DynamicMasking,
-    InputConfig,
-    InputError,
-    _corpus_choices,
-    make_dataset,
-    mixture_starts,
-    naming_bad_shards,
-    shard_files,
-    unmask,
-)
+from pipeline.reader.dataset import InputConfig, make_dataset
+from pipeline.reader.dynamic_masking import DynamicMasking, unmask
+from pipeline.reader.order import MIXTURE_BLOCK, corpus_choices, mixture_starts
+from pipeline.reader.shards import InputError, naming_bad_shards, shard_files
 from pipeline.schema import ManifestError, Split, read_manifest
 
 
@@ -147,13 +139,13 @@ def test_a_mixture_seeks_each_corpus_and_its_choices(small_corpus):
     and the counts per corpus are the rates' to within one record per corpus at any point."""
     manifest = read_manifest(str(small_corpus))
     rates = [0.3, 0.2, 0.5]
-    choices = list(_corpus_choices(rates, seed=9).take(2 * MIXTURE_BLOCK + 50).as_numpy_iterator())
+    choices = list(corpus_choices(rates, seed=9).take(2 * MIXTURE_BLOCK + 50).as_numpy_iterator())
     for start in (0, 17, MIXTURE_BLOCK - 3, MIXTURE_BLOCK, MIXTURE_BLOCK + 1000):
         counts = np.bincount(choices[:start], minlength=3)
         assert mixture_starts(rates, 9, start) == counts.tolist()
         assert np.all(np.abs(counts - np.array(rates) * start) <= MIXTURE_BLOCK * 0.05 + 1)
         assert (
-            list(_corpus_choices(rates, 9, start).take(40).as_numpy_iterator()) == choices[start : start + 40]
+            list(corpus_choices(rates, 9, start).take(40).as_numpy_iterator()) == choices[start : start + 40]
         )
     assert choices[:MIXTURE_BLOCK] != choices[MIXTURE_BLOCK : 2 * MIXTURE_BLOCK]
     config = InputConfig(per_replica_batch_size=7, seed=1, shuffle_window=30)

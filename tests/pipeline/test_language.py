@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import language
+from pipeline.curation import language
 
 
 @pytest.fixture(scope="module")

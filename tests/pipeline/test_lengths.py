@@ -108,7 +108,9 @@ def test_a_higher_masking_rate_masks_that_share(two_lengths):
 
 @pytest.mark.slow
 def test_dynamic_masking_draws_its_own_rate(two_lengths):
-    from pipeline.input import DynamicMasking, InputConfig, InputError, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.reader.dynamic_masking import DynamicMasking
+    from pipeline.reader.shards import InputError
 
     both, _, _ = two_lengths
     manifest = read_manifest(str(both / "seq61"))  # built at 0.3: room for 20 predictions

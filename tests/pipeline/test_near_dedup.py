@@ -11,10 +11,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import minhash
 from pipeline.config import CorpusConfig
+from pipeline.curation import minhash
+from pipeline.curation.near_dedup import NearDeduplicate
 from pipeline.keys import content_key
-from pipeline.stages import NearDeduplicate
 
 
 def cfg(**overrides) -> CorpusConfig:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from pipeline import quality
+from pipeline.curation import quality
 
 ALL = ("gopher", "c4")
 

@@ -96,7 +96,8 @@ def test_a_version_1_corpus_still_reads_and_trains(small_corpus, tmp_path):
     """Corpora from before word_starts (schema 1: no segmenter, no encodings) stay readable."""
     import shutil
 
-    from pipeline.input import DynamicMasking, InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.reader.dynamic_masking import DynamicMasking
 
     old = tmp_path / "v1"
     shutil.copytree(small_corpus, old)

@@ -8,9 +8,16 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import stages as st
 from pipeline.config import CorpusConfig
 from pipeline.keys import content_key, split_of
+from pipeline.stages.create_instances import CreateInstances
+from pipeline.stages.dedup import DeduplicateDocuments
+from pipeline.stages.plan import make_plan
+from pipeline.stages.read import ReadDocuments, ReadFileDocuments, RereadDocuments
+from pipeline.stages.stats import BadInputError, SumCounters
+from pipeline.stages.tokenize import TokenizeDocuments
+from pipeline.stages.train_vocab import TrainVocab
+from pipeline.stages.write_shards import WriteShards
 from pipeline.vocab import SentencePieceVocab as Vocab
 from pipeline.vocab import VocabFile
 
@@ -26,9 +33,9 @@ def test_read_documents_text_format_with_stats(tmp_path):
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"Gamma caf\xe9.\n\n\n"))
     (tmp_path / "c.txt").write_bytes(b"  \n\t\n")
     with TestPipeline() as p:
-        out = p | st.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*.txt"), str(tmp_path / "*.gz"))))
+        out = p | ReadDocuments(cfg(input_patterns=(str(tmp_path / "*.txt"), str(tmp_path / "*.gz"))))
         assert_that(out.docs, equal_to(["Alpha one.\nAlpha two.", "Beta one.", "Gamma caf\ufffd."]))
-        stats = out.stats | beam.CombineGlobally(st.SumCounters())
+        stats = out.stats | beam.CombineGlobally(SumCounters())
         assert_that(
             stats,
             equal_to(
@@ -53,9 +60,9 @@ def test_read_documents_skips_binary_and_truncated_files_when_asked(tmp_path):
     (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
     (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(b"Lost line.\n" * 1000)[:60])
     with TestPipeline() as p:
-        out = p | st.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),), on_bad_file="skip"))
+        out = p | ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),), on_bad_file="skip"))
         assert_that(out.docs, equal_to(["Good text."]))
-        stats = out.stats | beam.CombineGlobally(st.SumCounters())
+        stats = out.stats | beam.CombineGlobally(SumCounters())
         assert_that(
             stats | beam.Map(lambda s: {k: v for k, v in s.items() if k.startswith("skipped")}),
             equal_to([{"skipped/bad_file_binary": 1, "skipped/bad_file_unreadable": 1}]),
@@ -67,13 +74,13 @@ def test_read_documents_fails_on_a_binary_file_by_default(tmp_path):
     (tmp_path / "archive.txt").write_bytes(gzip.compress(b"not text once compressed " * 500))
     with pytest.raises(Exception, match=r"archive\.txt: looks binary"):
         with TestPipeline() as p:
-            _ = p | st.ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),)))
+            _ = p | ReadDocuments(cfg(input_patterns=(str(tmp_path / "*"),)))
 
 
 def test_jsonl_documents(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"body": "One."}\n{"body": "Two.\\nMore."}\nnot json\n{"x": 1}\n')
     with TestPipeline() as p:
-        out = p | st.ReadDocuments(
+        out = p | ReadDocuments(
             cfg(input_patterns=(str(tmp_path / "d.jsonl"),), format="jsonl", text_field="body")
         )
         assert_that(out.docs, equal_to(["One.", "Two.\nMore."]))
@@ -81,12 +88,12 @@ def test_jsonl_documents(tmp_path):
 
 def test_deduplicate_documents_counts_copies():
     with TestPipeline() as p:
-        out = p | beam.Create(["same", "other", "same", "same"]) | st.DeduplicateDocuments()
+        out = p | beam.Create(["same", "other", "same", "same"]) | DeduplicateDocuments()
         assert_that(
             out.docs,
             equal_to([(content_key("same"), "same"), (content_key("other"), "other")]),
         )
-        stats = out.stats | beam.CombineGlobally(st.SumCounters())
+        stats = out.stats | beam.CombineGlobally(SumCounters())
         assert_that(stats, equal_to([{"skipped/duplicate_document": 2}]), label="stats")
 
 
@@ -97,7 +104,7 @@ def test_train_vocab_is_deterministic_with_special_ids(botchan, tmp_path):
     for i, order in enumerate((lines, lines[::-1])):  # sample and order must not follow input order
         path = tmp_path / f"{i}.model"
         with TestPipeline() as p:
-            vocab = p | beam.Create([(content_key(s), s) for s in order]) | st.TrainVocab(config)
+            vocab = p | beam.Create([(content_key(s), s) for s in order]) | TrainVocab(config)
             vocab | beam.Map(lambda v, path=path: path.write_bytes(v.data))
         models.append(path.read_bytes())
     assert models[0] == models[1]
@@ -119,7 +126,7 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
         out = (
             p
             | beam.Create([[(key, doc), (content_key(""), "")]])  # a batch; the empty one is skipped
-            | beam.ParDo(st.TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
+            | beam.ParDo(TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
                 "stats", main="docs"
             )
         )
@@ -163,29 +170,27 @@ def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_name
     path = tmp_path / "a.txt"
     path.write_text("One doc.\n\nTwo doc.\n\nOne doc.\n", encoding="utf-8")
     config = cfg(input_patterns=(str(path),))
-    keyed = [
-        x for x in st.ReadFileDocuments(config, pointers=True).process(str(path)) if isinstance(x, tuple)
-    ]
+    keyed = [x for x in ReadFileDocuments(config, pointers=True).process(str(path)) if isinstance(x, tuple)]
     assert keyed == [
         (content_key(t), (str(path), i)) for i, t in enumerate(["One doc.", "Two doc.", "One doc."])
     ]
     wanted = [(1, content_key("Two doc.")), (2, content_key("One doc."))]
-    assert list(st.RereadDocuments(config).process((str(path), wanted))) == [
+    assert list(RereadDocuments(config).process((str(path), wanted))) == [
         (content_key("Two doc."), "Two doc."),
         (content_key("One doc."), "One doc."),
     ]
     path.write_text("One doc.\n\nAnother.\n", encoding="utf-8")  # changed between the two reads
-    with pytest.raises(st.BadInputError, match=r"a.txt: changed while the build ran \(read twice\)"):
-        list(st.RereadDocuments(config).process((str(path), wanted)))
+    with pytest.raises(BadInputError, match=r"a.txt: changed while the build ran \(read twice\)"):
+        list(RereadDocuments(config).process((str(path), wanted)))
 
 
 def test_plan_scales_groups_and_shards_with_tokens():
     config = cfg(seq_len=7, max_predictions=3, dupe_factor=3, records_per_shard=10, group_tokens=100)
-    plan = st.make_plan({"train": 250, "validation": 9}, config)
+    plan = make_plan({"train": 250, "validation": 9}, config)
     # 250 tokens / 5 per row = 50 rows x 3 dupes = 150 -> 15 shards; 250 // 100 = 2 groups.
     assert plan["train"] == {"tokens": 250, "groups": 2, "shards": 15, "dupes": 3}
     assert plan["validation"] == {"tokens": 9, "groups": 1, "shards": 1, "dupes": 1}
-    assert st.make_plan({}, config)["validation"]["shards"] == 0
+    assert make_plan({}, config)["validation"]["shards"] == 0
 
 
 def test_split_is_by_document_hash_and_near_the_fraction():
@@ -216,13 +221,13 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
     with TestPipeline() as p:
         model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
         plan_si = beam.pvalue.AsSingleton(p | "Plan" >> beam.Create([plan]))
-        made = p | beam.Create([("train", d) for d in docs]) | st.CreateInstances(config, model_si, plan_si)
-        written = made.records | st.WriteShards(str(tmp_path), plan_si)
+        made = p | beam.Create([("train", d) for d in docs]) | CreateInstances(config, model_si, plan_si)
+        written = made.records | WriteShards(str(tmp_path), plan_si)
         assert_that(
             written | beam.Map(lambda s: s["file"]),
             equal_to(["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]),
         )
-        stats = made.stats | beam.CombineGlobally(st.SumCounters())
+        stats = made.stats | beam.CombineGlobally(SumCounters())
         # 15 tokens + 3 [SEP] = 18 -> 3 rows of 6 after [CLS]; real tokens 18 + 3 [CLS].
         assert_that(
             stats | beam.Map(lambda s: (s["train/documents"], s["train/instances"], s["train/real_tokens"])),

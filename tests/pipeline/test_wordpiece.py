@@ -236,7 +236,8 @@ def test_corpus_with_wordpiece_vocab_whole_word_masking(python_docs, botchan_wor
 
 @pytest.mark.slow
 def test_reader_dynamic_masking_with_a_wordpiece_corpus(botchan, botchan_wordpiece, tmp_path):
-    from pipeline.input import DynamicMasking, InputConfig, make_dataset
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.reader.dynamic_masking import DynamicMasking
     from pipeline.schema import read_manifest
 
     out = tmp_path / "wp"

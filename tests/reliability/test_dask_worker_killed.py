@@ -15,7 +15,7 @@ import apache_beam as beam
 import pytest
 
 from pipeline import build_corpus
-from pipeline.dask_runner import DaskBuildError, DaskRunner
+from pipeline.runners.dask_runner import DaskBuildError, DaskRunner
 from tests.conftest import build
 from tests.dask_cluster import loopback_cluster
 

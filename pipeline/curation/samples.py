@@ -1,74 +1,44 @@
-"""Curation between deduplication and tokenizing: which documents leave the corpus, and why.
+"""The removed documents a person reviews: a seeded sample per reason, with their texts, in
+OUTPUT/curation/REASON.jsonl.gz (`report.py` prints them).
 
-  CurateDocuments      (key, text) -> "removed": (key, Removal), "stats": counts per stage
-  DropRemoved          (key, pointer or text) and the removals -> the documents kept
   SampleRemoved        the removals -> a seeded, bounded sample per reason: (key, Removal), with
                        each near-duplicate's kept document beside it
-  WriteRemovedSamples  the sample and its texts -> OUTPUT/curation/REASON.jsonl.gz
-
-Every stage is off by default (`CorpusConfig.curating`); off, the graph has none of this.
+  WriteRemovedSamples  the sample and its texts (read again) -> OUTPUT/curation/REASON.jsonl.gz
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections import Counter
 
 import apache_beam as beam
 
 from pipeline import files
 from pipeline.config import CorpusConfig
 from pipeline.keys import seeded_key
-from pipeline.stages.filter_documents import FilterDocuments
-from pipeline.stages.near_dedup import NearDeduplicate
 
 CURATION_DIR = "curation"
 SAMPLE_TEXT_CHARS = 2000  # of each sampled document: enough to judge, bounded however long it is
 
 
-class CurateDocuments(beam.PTransform):
-    """(content key, text) -> (removed: (key, Removal), stats). The filters first, then
-    near-duplicates among the documents they keep, so that no cluster keeps a document a filter
-    then removes."""
-
-    def __init__(self, cfg: CorpusConfig):
-        super().__init__()
-        self._cfg = cfg
-
-    def expand(self, docs):
-        cfg, removed, stats = self._cfg, [], []
-        if cfg.quality_filters or cfg.languages:
-            filtered = docs | "FilterDocuments" >> beam.ParDo(FilterDocuments(cfg)).with_outputs(
-                "removed", "stats", main="kept"
-            )
-            docs = filtered.kept
-            removed.append(filtered.removed)
-            stats.append(filtered.stats)
-        if cfg.near_dedup_threshold:
-            near_removed, near_stats = docs | "NearDeduplicate" >> NearDeduplicate(cfg)
-            removed.append(near_removed)
-            stats.append(near_stats)
-        return (
-            removed | "AllRemoved" >> beam.Flatten(),
-            stats | "AllCurationStats" >> beam.Flatten(),
-        )
-
-
-def _keep_unremoved(joined):
-    key, grouped = joined
-    if not grouped["removed"]:
-        for doc in grouped["doc"]:
-            yield key, doc
-
-
-class DropRemoved(beam.PTransform):
-    """{"doc": (key, pointer or text), "removed": (key, Removal)} -> (key, pointer or text) of
-    the documents no stage removed. Keys and pointers only pass the shuffle for files."""
-
-    def expand(self, inputs):
-        return (
-            inputs | "JoinRemovals" >> beam.CoGroupByKey() | "KeepUnremoved" >> beam.FlatMap(_keep_unremoved)
-        )
+def write_removed_samples(cfg: CorpusConfig, removed, docs, reread, folder: str):
+    """A seeded sample of the removed documents per reason, with their texts (read again by
+    `reread`, the build's (key, pointer) -> (key, text)), into `folder`; returns a stats
+    PCollection (the files written), which the manifest waits for."""
+    sample = removed | "SampleRemoved" >> SampleRemoved(cfg.curation_samples, cfg.seed)
+    sampled_docs = (
+        {"sample": sample, "doc": docs}
+        | "JoinSampleDocs" >> beam.CoGroupByKey()
+        | "SampledDocs"
+        >> beam.FlatMap(lambda kg: [(kg[0], d) for d in kg[1]["doc"]] if kg[1]["sample"] else [])
+    )
+    texts = reread(sampled_docs, "ForSamples") | "CollectSampleTexts" >> beam.combiners.ToList()
+    return (
+        texts
+        | "WriteRemovedSamples" >> beam.Map(write_samples, beam.pvalue.AsList(sample), folder)
+        | "SamplesWritten" >> beam.Map(lambda paths: Counter({"curation/sample_files": len(paths)}))
+    )
 
 
 class SampleRemoved(beam.PTransform):

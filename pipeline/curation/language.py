@@ -1,5 +1,5 @@
 """Language identification of documents: CLD2 (pycld2), whose model ships inside its wheel.
-Pure; nothing here knows about Beam (`stages/filter_documents.py` applies it).
+Pure; nothing here knows about Beam (`filter_documents.py` applies it).
 
 Why CLD2 (bench/language_id.py, on our corpora): it was the most accurate of the three measured
 on Chinese (0.98-0.99 against fastText lid.176's 0.96-0.97), as accurate on English, one wheel

@@ -1,6 +1,6 @@
 """Heuristic quality rules for documents, Gopher's (Rae et al. 2021, MassiveText) and C4's (Raffel
 et al. 2020), as datatrove defines and defaults them. Pure Python; nothing here knows about Beam
-(`stages/filter_documents.py` applies them).
+(`filter_documents.py` applies them).
 
 `first_failure(text, filters, thresholds)` returns the first rule a document fails, with the figure
 it measured, or None. Rules run in a fixed order (Gopher's repetition rules, Gopher's quality rules,
@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from pipeline import minhash
+from pipeline.curation import minhash
 from pipeline.text import split_sentences
 
 FILTERS = ("gopher", "c4")

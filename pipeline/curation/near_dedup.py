@@ -19,10 +19,12 @@ from collections import Counter
 import apache_beam as beam
 import numpy as np
 
-from pipeline import minhash, segment
-from pipeline import progress as _progress
+from pipeline import segment
 from pipeline.config import CorpusConfig
-from pipeline.stages.common import Removal, count_stats
+from pipeline.curation import minhash
+from pipeline.curation.removal import Removal
+from pipeline.stages import progress as _progress
+from pipeline.stages.stats import count_stats
 
 # A bucket holding more documents than this pairs each with its smallest key only, not with every
 # other (n^2 pairs): its members share a whole band, so they are near each other already.

@@ -1,5 +1,5 @@
 """MinHash signatures and LSH bands: near-duplicate detection's arithmetic. Pure numpy; nothing
-here knows about Beam (`stages/near_dedup.py` wires it).
+here knows about Beam (`near_dedup.py` wires it).
 
 A document becomes a set of shingles: its normalised words (or characters, for scripts written
 without spaces, or a segmenter's words) in overlapping n-grams, each hashed to 64 bits. Its

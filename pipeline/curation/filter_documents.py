@@ -9,10 +9,12 @@ from collections import Counter
 
 import apache_beam as beam
 
-from pipeline import files, language, quality
-from pipeline import progress as _progress
+from pipeline import files
 from pipeline.config import CorpusConfig
-from pipeline.stages.common import Removal, count_stats
+from pipeline.curation import language, quality
+from pipeline.curation.removal import Removal
+from pipeline.stages import progress as _progress
+from pipeline.stages.stats import count_stats
 
 
 class FilterDocuments(beam.DoFn):

@@ -5,27 +5,13 @@
 
 Beam 2.77 ships a DaskRunner (apache_beam.runners.dask). This one keeps its options (`DaskOptions`:
 --dask_client_address, --dask_scheduler_file, ...) and its overrides for Create, Flatten, Reshuffle,
-and translates the graph itself, because Beam's translation cannot run this builder:
-  - each PCollection is its *producer's* bag (`self.bags[input_value.producer]`) whatever its tag,
-    and `apply_dofn_to_bundle` puts every tag's outputs in one list: a multi-output ParDo (our
-    "stats" side outputs) feeds all its outputs to every consumer, and a GroupByKey downstream
-    fails in ReifyWindows with "too many values to unpack (expected 2)";
-  - it collects a bundle's outputs before `finish_bundle`, so what a DoFn emits there is lost
-    (BatchElements' last batch);
-  - a side input is a bag that each task computes again inside the worker (`list(self.bag)`):
-    TrainVocab would run once per consumer task, and the waiting task holds a worker thread;
-  - only the graph reaching the last transform is computed (`list(bags.values())[-1]`);
-  - a bounded Read has no translation: it becomes a no-op with nothing to pass on.
-Here every PCollection has its own bag (a multi-output ParDo emits (tag, value) pairs, split by
-tag), a bundle's outputs are taken after finish_bundle, a side input is one Delayed that every
-consumer task depends on (computed once, handed in), and every PCollection that nothing consumes
-is computed, in one graph. Global windows only (the builder's); another windowing, or a primitive
-this runner does not know, is refused before anything runs.
+and translates the graph itself (`dask_translate.py`, which names each defect of Beam's translation
+that stops it running this builder).
 
 What a stage writes goes through Beam's FileSystems under the output folder; the runner checks
 before the build that every worker sees that folder and the input files (a worker on another
 machine needs gs://, s3:// or a shared mount) and runs the same bertbeam and Beam versions.
-Progress lines are the workers' own (`pipeline.progress`), forwarded to the launcher's log with
+Progress lines are the workers' own (`pipeline.stages.progress`), forwarded to the launcher's log with
 dask's `forward_logging`. Beam metrics are not collected (`metrics()` says so): the manifest's
 counts come from the pipeline's own stats, not from counters. A worker lost mid-build is dask's to
 handle: the scheduler reruns the lost tasks on the workers left (every stage's writes are
@@ -40,27 +26,18 @@ import logging
 import platform
 import uuid
 
-import apache_beam as beam
-from apache_beam import pvalue
-from apache_beam.internal import pickler
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.pipeline import PipelineVisitor, PTransformOverride
-from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
-from apache_beam.transforms.sideinputs import SideInputMap
-from apache_beam.transforms.window import GlobalWindow, GlobalWindows
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from common.errors import BertbeamError, ConfigError
 from pipeline import files
 
 try:  # the optional extra: pip install 'bertbeam[dask]'
     import dask
-    import dask.bag as db
     import distributed
     from apache_beam.runners.dask.dask_runner import DaskOptions
-    from apache_beam.runners.dask.overrides import _Create, _Flatten, _Reshuffle, dask_overrides
+
+    from pipeline.runners.dask_translate import Translate, overrides
 except ImportError as e:  # the message is tested in a process without dask
     _MISSING = e
 else:
@@ -105,197 +82,6 @@ if _MISSING is None:
                 help="Without --dask_client_address or --dask_scheduler_file: the number of worker "
                 "processes of the local Dask cluster the build starts and stops (default: one per CPU).",
             )
-
-
-# === Graph translation: one dask Bag per PCollection ===
-
-
-class _GroupByKey(beam.PTransform):
-    """beam.GroupByKey as one primitive: (key, value) -> (key, [values]), global windows."""
-
-    def expand(self, pcoll):
-        return pvalue.PCollection.from_(pcoll)
-
-
-class _GroupByKeyOverride(PTransformOverride):
-    def matches(self, applied):
-        return applied.transform.__class__ == beam.GroupByKey
-
-    def get_replacement_transform_for_applied_ptransform(self, applied):
-        return _GroupByKey()
-
-
-def _overrides() -> list[PTransformOverride]:
-    """Beam's Dask overrides (Create, Reshuffle, Read, Flatten as primitives), ours first for
-    GroupByKey: one primitive, where Beam's expands to ReifyWindows, a grouping and
-    GroupAlsoByWindow."""
-    return [_GroupByKeyOverride(), *dask_overrides()]
-
-
-class _Translate(PipelineVisitor):
-    """Visits the primitives in topological order and gives each PCollection a bag."""
-
-    def __init__(self, partitions: int):
-        self.partitions = partitions
-        self.bags: dict[pvalue.PCollection, db.Bag] = {}
-        self.consumed: set[pvalue.PCollection] = set()
-        self._side: dict[pvalue.PCollection, object] = {}
-
-    def visit_transform(self, node) -> None:
-        transform, label = node.transform, node.full_label
-        for pcoll in node.outputs.values():
-            if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
-                raise ConfigError(
-                    f"--runner DaskRunner: {label} makes a {type(pcoll.windowing.windowfn).__name__} "
-                    "PCollection; this runner runs global windows only"
-                )
-        inputs = [self._input(p) for p in node.inputs if isinstance(p, pvalue.PCollection)]
-        if isinstance(transform, _Create):
-            values = list(transform.values)
-            bag = db.from_sequence(values, npartitions=max(1, min(len(values), self.partitions)))
-        elif isinstance(transform, _Flatten):
-            bag = db.concat(inputs) if inputs else db.from_sequence([], npartitions=1)
-        elif isinstance(transform, _Reshuffle):  # spread elements (files, say) over the workers
-            (bag,) = inputs
-            if bag.npartitions < self.partitions:
-                bag = bag.repartition(self.partitions)
-        elif isinstance(transform, _GroupByKey):
-            (bag,) = inputs
-            bag = bag.groupby(_key_bytes, shuffle="tasks").map(_grouped)
-        elif isinstance(transform, beam.ParDo):
-            self._pardo(node, inputs[0])
-            return
-        else:
-            raise ConfigError(
-                f"--runner DaskRunner cannot run {label} ({type(transform).__name__}): this runner "
-                "translates Create, ParDo, GroupByKey, Flatten and Reshuffle"
-            )
-        (out,) = node.outputs.values()
-        self.bags[out] = bag
-
-    def _input(self, pcoll):
-        self.consumed.add(pcoll)
-        return self.bags[pcoll]
-
-    def _pardo(self, node, bag) -> None:
-        transform = node.transform
-        side = []
-        for view in node.side_inputs:  # in the order of transform.args' placeholders
-            self.consumed.add(view.pvalue)
-            side.append(self._side_values(view.pvalue))
-        views = [(type(view), view._view_options()) for view in node.side_inputs]
-        blob = pickler.dumps((transform.fn, transform.args, transform.kwargs, views))
-        tagged = any(tag is not None for tag in node.outputs)  # with_outputs: (tag, value) pairs
-        outputs = bag.map_partitions(_run_bundle, blob, node.full_label, tagged, *side)
-        for tag, pcoll in node.outputs.items():
-            self.bags[pcoll] = outputs.map_partitions(_select, tag) if tagged else outputs
-
-    def _side_values(self, pcoll):
-        """A side input as one Delayed list of its elements: computed once (one key in the graph,
-        which is computed unoptimized, so no fusion renames or copies it), handed to every task
-        that reads it."""
-        if pcoll not in self._side:
-            parts = self.bags[pcoll].to_delayed(optimize_graph=False)
-            self._side[pcoll] = dask.delayed(_concat, pure=True)(parts)
-        return self._side[pcoll]
-
-    def leaves(self) -> list:
-        """The bags of PCollections nothing reads, each reduced to its size: computing them all
-        computes the whole graph once (Beam's DaskRunner computed only the last transform's)."""
-        return [bag.map_partitions(_size) for pcoll, bag in self.bags.items() if pcoll not in self.consumed]
-
-
-_KEY_CODER = beam.coders.FastPrimitivesCoder().as_deterministic_coder("GroupByKey")
-
-
-def _key_bytes(kv) -> bytes:
-    """Keys group by their deterministic encoding, as on Beam's other runners (1 and 1.0 differ)."""
-    return _KEY_CODER.encode(kv[0])
-
-
-def _grouped(group) -> tuple:
-    _, pairs = group
-    return pairs[0][0], [value for _, value in pairs]
-
-
-def _concat(parts: list) -> list:
-    return [element for part in parts for element in part]
-
-
-def _size(part) -> list[int]:
-    return [sum(1 for _ in part)]
-
-
-def _select(part, tag) -> list:
-    return [value for got, value in part if got == tag]
-
-
-class _Outputs(dict):
-    """The receivers of one bundle: outputs of every tag, in emission order, as (tag, value)."""
-
-    def __init__(self):
-        super().__init__()
-        self.values: list[tuple] = []
-
-    def __missing__(self, tag):
-        receiver = self[tag] = _Receiver(tag, self.values)
-        return receiver
-
-
-class _Receiver(Receiver):
-    def __init__(self, tag, values: list):
-        super().__init__()
-        self.tag, self.values = tag, values
-
-    def receive(self, windowed: WindowedValue) -> None:
-        self.values.append((self.tag, windowed.value))
-
-
-def _run_bundle(elements, blob: bytes, label: str, tagged: bool, *side_values) -> list:
-    """One partition as one bundle of a DoFn: setup, start_bundle, process each element,
-    finish_bundle, teardown; returns its outputs (with their tags when the ParDo has several).
-    A list, not a generator: dask keeps a task's result as returned and hands it to each of its
-    consumers, so an iterator would be read by the first one only."""
-    fn, args, kwargs, views = pickler.loads(blob)
-    side_inputs = [
-        SideInputMap(view_class, options, [_windowed(v) for v in values])
-        for (view_class, options), values in zip(views, side_values, strict=True)
-    ]
-    outputs = _Outputs()
-    handler = _OutputHandler(
-        window_fn=GlobalWindows(),
-        main_receivers=outputs[None],
-        tagged_receivers=outputs,
-        per_element_output_counter=None,
-        output_batch_converter=None,
-        process_yields_batches=False,
-        process_batch_yields_elements=False,
-    )
-    invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(fn),
-        handler,
-        context=DoFnContext(label, state=None),
-        side_inputs=side_inputs,
-        input_args=args,
-        input_kwargs=kwargs,
-        user_state_context=None,
-        bundle_finalizer_param=beam.DoFn.BundleFinalizerParam(),
-    )
-
-    invoker.invoke_setup()
-    invoker.invoke_start_bundle()
-    for element in elements:
-        invoker.invoke_process(_windowed(element))
-    invoker.invoke_finish_bundle()  # before the outputs are taken: what it emits is kept
-    invoker.invoke_teardown()
-    return outputs.values if tagged else [value for _, value in outputs.values]
-
-
-_GLOBAL = (GlobalWindow(),)
-
-
-def _windowed(value) -> WindowedValue:
-    return WindowedValue(value, MIN_TIMESTAMP, _GLOBAL)
 
 
 # === The runner ===
@@ -377,8 +163,8 @@ class DaskRunner(PipelineRunner):
             client.forward_logging(LOGGER, level=logging.INFO)
             threads = sum(client.nthreads().values())
             partitions = beam_options.npartitions or max(2 * threads, -(-self.input_bytes // PARTITION_BYTES))
-            pipeline.replace_all(_overrides())
-            translate = _Translate(partitions)
+            pipeline.replace_all(overrides())
+            translate = Translate(partitions)
             pipeline.visit(translate)
             # Unoptimized: dask's bag optimization fuses chains of tasks into new keys, and a side
             # input (a Delayed, optimized apart from the bags) would then compute its producers again

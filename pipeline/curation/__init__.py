@@ -1,0 +1,10 @@
+"""Curation: which documents leave the corpus, and why, between deduplication and tokenizing. Each
+kind of rule's arithmetic lives beside its Beam step, as datatrove's `filters/` and `dedup/`:
+
+  language.py, quality.py   -> filter_documents.py   language id (CLD2); Gopher's and C4's rules
+  minhash.py                -> near_dedup.py         MinHash LSH near-duplicates
+  curate.py                 the stages in order, and the documents they keep
+  removal.py                why a document was removed (what the manifest counts)
+  samples.py                a seeded sample of the removed documents, for review
+  report.py                 `python -m pipeline.curation_report OUTPUT`: what was removed
+"""
