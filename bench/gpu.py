@@ -90,9 +90,9 @@ def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch
     """Build, compile (XLA) and time one preset at one sequence length, as `launch.pretrain` would."""
     from launch.flops import training_flops_per_example
     from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
+    from model.masked_lm import build_pretraining_model
 
     config = BertConfig.preset(preset, args.vocab_size)
     model = build_pretraining_model(config, seq_len, max_predictions)

@@ -78,9 +78,9 @@ def time_training(preset: str, seq_len: int, batch: int, predictions: int, steps
 
     from launch.flops import training_flops_per_example
     from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
+    from model.masked_lm import build_pretraining_model
 
     keras.utils.set_random_seed(0)
     config = BertConfig.preset(preset, VOCAB)

@@ -180,9 +180,9 @@ def race(args, data: Path) -> dict:
     from launch.finetune import Pretrained, finetune
     from launch.inputs import validation_dataset
     from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
+    from model.masked_lm import build_pretraining_model
     from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
     from pipeline.vocab import VocabFile

@@ -37,8 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from model.bert import build_encoder  # noqa: E402
 from model.config import BertConfig  # noqa: E402
+from model.encoder import build_encoder  # noqa: E402
 from pipeline.masking import MaskingTables  # noqa: E402
 from pipeline.reader.dataset import InputConfig, make_dataset  # noqa: E402
 from pipeline.schema import read_manifest  # noqa: E402

@@ -58,8 +58,8 @@ def ours(config, seq_len: int, max_predictions: int):
     import keras
 
     from launch.optimizer import build_optimizer
-    from model.bert import build_pretraining_model
     from model.losses import compile_pretraining
+    from model.masked_lm import build_pretraining_model
 
     model = build_pretraining_model(config, seq_len, max_predictions)
     optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=10, total_steps=10_000)

@@ -37,8 +37,8 @@ from launch.hf_checkpoint import (
 )
 from launch.hf_electra import load_hf_electra
 from launch.hf_modernbert import load_hf_modernbert, modernbert_config
-from model.bert import ENCODER_LAYERS, weights_by_path
 from model.config import BertConfig
+from model.encoder import ENCODER_LAYERS, weights_by_path
 
 HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or ModernBERT folder
 HF_LOADERS = {"electra": load_hf_electra, "modernbert": load_hf_modernbert}  # else BERT's

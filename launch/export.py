@@ -45,9 +45,9 @@ from launch.hf_electra import save_hf_electra  # noqa: E402
 from launch.hf_modernbert import save_hf_modernbert  # noqa: E402
 from launch.models import pretraining_model  # noqa: E402
 from launch.run_dir import RunDir  # noqa: E402
-from model.bert import encoder_from  # noqa: E402
 from model.config import BertConfig  # noqa: E402
 from model.electra import generator_config  # noqa: E402
+from model.encoder import encoder_from  # noqa: E402
 from pipeline.files import write_atomically  # noqa: E402
 from pipeline.schema import Manifest  # noqa: E402
 from pipeline.vocab import VocabFile  # noqa: E402

@@ -58,8 +58,9 @@ from launch.optimizer import build_optimizer, layer_decay_multipliers  # noqa: E
 from launch.run_dir import RunDir  # noqa: E402
 from launch.strategy import KINDS, choose_strategy  # noqa: E402
 from launch.text_encoder import INPUTS, TextEncoder  # noqa: E402
-from model.bert import build_encoder  # noqa: E402
 from model.config import BertConfig  # noqa: E402
+from model.encoder import build_encoder
+from model.tasks.classifier import build_classifier, default_pooling  # noqa: E402
 from pipeline.files import write_atomically  # noqa: E402
 from pipeline.vocab import VocabFile, kind_of  # noqa: E402
 
@@ -223,36 +224,6 @@ def _lower_case(flag: str, folder: str, hf: bool) -> bool:
 
 
 # === Model ===
-
-
-def default_pooling(pooler_trained: bool, bert: BertConfig) -> str:
-    """--pooling auto: the [CLS] pooler where pretraining trained it (NSP/SOP), else the mean of
-    the real tokens' outputs: an untrained pooler is one more fresh layer between the encoder and
-    the head (docs/finetune.md has the measurement). ModernBERT: the mean, as its own classifier
-    (answerdotai/ModernBERT-*'s classifier_pooling)."""
-    return "cls" if pooler_trained and not bert.modern else "mean"
-
-
-def build_classifier(encoder: keras.Model, num_labels: int, dropout: float, seed: int,
-                     pooling: str = "cls") -> keras.Model:  # fmt: skip
-    """Encoder -> pooled output (or the mean over real tokens) -> dropout -> dense logits (float32).
-    Each example is one document: document_ids = input_mask, so real tokens attend to real tokens."""
-    seq_len = encoder.input["input_ids"].shape[1]
-    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in INPUTS}
-    encoded = encoder({**inputs, "document_ids": inputs["input_mask"]})
-    if pooling == "mean":
-        mask = keras.ops.cast(inputs["input_mask"], "bool")
-        pooled = keras.layers.GlobalAveragePooling1D(name="mean_pool")(encoded["sequence_output"], mask=mask)
-    else:
-        pooled = encoded["pooled_output"]
-    x = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
-    logits = keras.layers.Dense(
-        num_labels,
-        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02, seed=seed),
-        dtype="float32",
-        name="classifier",
-    )(x)
-    return keras.Model(inputs, logits, name="bert_classifier")
 
 
 def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, total_steps: int):

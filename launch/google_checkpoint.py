@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import BertbeamError
-from model.bert import count_blocks, weights_by_path
 from model.config import BertConfig
+from model.encoder import count_blocks, weights_by_path
 
 
 class GoogleCheckpointError(BertbeamError):

@@ -30,8 +30,8 @@ from launch.google_checkpoint import (
     mappings,
     to_google_layout,
 )
-from model.bert import weights_by_path
 from model.config import BertConfig
+from model.encoder import weights_by_path
 from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
 
 WEIGHTS = "model.safetensors"

@@ -33,9 +33,9 @@ from launch.hf_checkpoint import (
     hf_tensors,
     write_hf_folder,
 )
-from model.bert import count_blocks
 from model.config import BertConfig
 from model.electra import GENERATOR
+from model.encoder import count_blocks
 from pipeline.vocab import VocabFile
 
 DISCRIMINATOR_FOLDER, GENERATOR_FOLDER = "discriminator", "generator"

@@ -24,8 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from launch.hf_checkpoint import WEIGHTS, HFCheckpointError, read_hf_tensors, write_hf_folder
-from model.bert import count_blocks, weights_by_path
 from model.config import BertConfig
+from model.encoder import count_blocks, weights_by_path
 from pipeline.vocab import VocabFile
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}  # ours -> transformers'

@@ -33,20 +33,18 @@ import keras
 import numpy as np
 from keras import ops
 
-from model.bert import (
-    ACTIVATIONS,
-    PACKAGE,
+from model.config import BertConfig
+from model.encoder import (
     embed,
     encode,
     encoder_inputs,
     encoder_layers,
-    initializer,
     layer_norm,
-    masked_lm_logits,
     run_blocks,
     transformer_blocks,
 )
-from model.config import BertConfig
+from model.layers import ACTIVATIONS, PACKAGE, initializer
+from model.masked_lm import masked_lm_logits
 
 GENERATOR = "generator_"  # the prefix of every generator layer's name
 # ELECTRA's inputs beyond the encoder's: which positions are masked and their original tokens.

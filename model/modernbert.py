@@ -1,7 +1,7 @@
 """ModernBERT's block (Warner et al. 2024; answerdotai/ModernBERT) in the same Keras house as BERT's,
 smallest piece first: rotary positions -> the sliding window -> attention -> the block.
 
-The encoder around it is bert.py's (`encoder_layers` builds these blocks when the config says
+The encoder around it is encoder.py's (`encoder_layers` builds these blocks when the config says
 `architecture: modernbert`), and so are the pretraining heads, `encoder_from` and everything in
 launch/: only the block and the embeddings differ. As transformers' ModernBertModel:
 

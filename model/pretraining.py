@@ -5,7 +5,7 @@ and how it is compiled. The one place that branches on the objective.
     model = objective.build(config, seq_len=128, max_predictions=20, excluded_ids=(0, 1, 2, 3, 4))
     objective.compile(model, keras.optimizers.AdamW(1e-4), jit_compile=True)
 
-mlm      BERT's masked LM (model/bert.py), with an NSP/SOP head on pair corpora
+mlm      BERT's masked LM (model/masked_lm.py), with an NSP/SOP head on pair corpora
 electra  ELECTRA's replaced-token detection, a generator feeding a discriminator (model/electra.py)
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import keras
 
 from common.errors import need
-from model.bert import build_pretraining_model
 from model.config import BertConfig
 from model.electra import build_electra_model, generator_config
 from model.losses import compile_pretraining
+from model.masked_lm import build_pretraining_model
 
 OBJECTIVES = ("mlm", "electra")
 

@@ -15,7 +15,7 @@ from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as
 from launch.finetune import finetune, pretrained
 from launch.train import train
-from model.bert import build_encoder
+from model.encoder import build_encoder
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
 from tests.launch.test_pretrain import run_config
 

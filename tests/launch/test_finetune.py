@@ -24,7 +24,7 @@ from launch.finetune import FinetuneConfig, encode, finetune, pretrained
 from launch.labelled import LabelledFormat, read_examples
 from launch.text_encoder import TextEncoder, truncate
 from launch.train import train
-from model.bert import build_encoder
+from model.encoder import build_encoder
 from pipeline.fetch_corpora import split_of
 from pipeline.vocab import VocabFile, train_wordpiece
 from tests.conftest import DATA, build

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from launch.flops import peak_tflops_for, training_flops_per_example
-from model.bert import build_pretraining_model
 from model.config import BertConfig
+from model.masked_lm import build_pretraining_model
 from model.pretraining import Objective
 
 

@@ -15,7 +15,8 @@ from launch.google_checkpoint import (
     load_google_checkpoint,
     save_google_checkpoint,
 )
-from model.bert import build_pretraining_model, encoder_from
+from model.encoder import encoder_from
+from model.masked_lm import build_pretraining_model
 
 V, H, HEADS, INNER, LAYERS, MAXPOS, T, P = 37, 12, 3, 29, 2, 16, 7, 3
 GOOGLE_CONFIG = {

@@ -23,8 +23,8 @@ from launch.hf_checkpoint import (
     load_hf_checkpoint,
     save_hf,
 )
-from model.bert import build_pretraining_model
 from model.config import BertConfig
+from model.masked_lm import build_pretraining_model
 from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile

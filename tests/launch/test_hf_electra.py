@@ -18,9 +18,9 @@ import transformers
 
 from launch.checkpoints import read_bert_config, warm_start
 from launch.hf_electra import load_hf_electra, save_hf_electra
-from model.bert import build_encoder, encoder_from
 from model.config import BertConfig
 from model.electra import generator_config
+from model.encoder import build_encoder, encoder_from
 from model.pretraining import Objective
 from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows

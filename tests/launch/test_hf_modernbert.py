@@ -17,8 +17,8 @@ import transformers
 from launch.checkpoints import read_bert_config, warm_start
 from launch.hf_checkpoint import HFCheckpointError
 from launch.hf_modernbert import load_hf_modernbert, modernbert_config, save_hf_modernbert
-from model.bert import build_pretraining_model
 from model.config import BertConfig
+from model.masked_lm import build_pretraining_model
 from pipeline import text
 from pipeline.vocab import VocabFile
 from tests.launch.test_hf_checkpoint import load_quietly, randomized

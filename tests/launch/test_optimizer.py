@@ -49,9 +49,9 @@ def test_variants_build():
 
 @pytest.mark.slow
 def test_two_accumulated_half_batches_match_one_full_batch(small_corpus):
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
     from model.losses import compile_pretraining
+    from model.masked_lm import build_pretraining_model
     from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 

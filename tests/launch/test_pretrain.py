@@ -16,8 +16,9 @@ import tensorflow as tf
 from launch.checkpoints import CheckpointError, model_variables
 from launch.config import ConfigError, TrainConfig
 from launch.train import TrainError, prepare, train
-from model.bert import build_pretraining_model, encoder_from
 from model.config import BertConfig
+from model.encoder import encoder_from
+from model.masked_lm import build_pretraining_model
 from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 

@@ -10,16 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.bert import (
-    BiasAdd,
-    OneHotEmbedding,
-    PositionEmbedding,
-    TransformerBlock,
-    build_pretraining_model,
-    encoder_from,
-)
+from model.bert import OneHotEmbedding, PositionEmbedding, TransformerBlock
 from model.config import BertConfig
+from model.encoder import encoder_from
 from model.losses import MaskedLMLoss, compile_pretraining
+from model.masked_lm import BiasAdd, build_pretraining_model
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = BertConfig(

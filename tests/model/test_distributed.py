@@ -19,7 +19,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import keras
-from model.bert import build_pretraining_model
+from model.masked_lm import build_pretraining_model
 from model.config import BertConfig
 from model.losses import MaskedLMLoss, compile_pretraining
 from pipeline.reader.dataset import InputConfig, make_dataset

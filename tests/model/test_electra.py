@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model.bert import encoder_from
 from model.config import BertConfig
 from model.electra import TokenSampler, generator_config, place
+from model.encoder import encoder_from
 from model.losses import ReplacedFraction, ReplacedTokenLoss, ReplacedTokenPrecision, ReplacedTokenRecall
 from model.pretraining import Objective
 

@@ -12,8 +12,9 @@ import torch
 from transformers.masking_utils import sliding_window_bidirectional_overlay
 from transformers.models.modernbert import modeling_modernbert
 
-from model.bert import build_pretraining_model, encoder_from
 from model.config import PRESETS, BertConfig
+from model.encoder import encoder_from
+from model.masked_lm import build_pretraining_model
 from model.modernbert import (
     ModernBlock,
     attention_ids,

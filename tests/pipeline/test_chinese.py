@@ -398,8 +398,8 @@ def test_hf_export_tokenizer_and_googles_tokenizer_give_the_shards_ids(
     from collections import Counter
 
     from launch.hf_checkpoint import save_hf
-    from model.bert import build_pretraining_model
     from model.config import BertConfig
+    from model.masked_lm import build_pretraining_model
     from pipeline.vocab import VocabFile
     from tests.corpus_checks import assert_covers, pieces_of
     from tests.pipeline.test_wordpiece import google_wordpiece, read_vocab
