@@ -237,7 +237,7 @@ def filter_documents(data: Path) -> dict[str, list[str]]:
     """What the filters are compared on, by source: the news and Wikipedia articles (prose), the
     Python docs one document per file (technical text, which Gopher's rules mostly reject), and
     100 film reviews (too short for any rule)."""
-    from launch.labelled import LabelledFormat, read_examples
+    from launch.tasks.labelled import LabelledFormat, read_examples
     from pipeline.fetch_corpora import python_docs, rt_reviews
 
     pages = [p.read_text(encoding="utf-8") for p in sorted((python_docs(data) / "library").glob("*.rst.txt"))]

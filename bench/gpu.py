@@ -88,11 +88,11 @@ def matmul_tflops(size: int = 8192, runs: int = 20) -> float:
 
 def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch_size: int, peak) -> dict:
     """Build, compile (XLA) and time one preset at one sequence length, as `launch.pretrain` would."""
-    from launch.flops import training_flops_per_example
     from launch.optimizer import build_optimizer
     from model.config import BertConfig
     from model.losses import compile_pretraining
     from model.masked_lm import build_pretraining_model
+    from model.pretraining import Objective
 
     config = BertConfig.preset(preset, args.vocab_size)
     model = build_pretraining_model(config, seq_len, max_predictions)
@@ -109,7 +109,7 @@ def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch
     history = model.fit(x, y, sample_weight=w, batch_size=batch_size, epochs=epochs, verbose=0)
     elapsed = time.perf_counter() - start
     steps = epochs * 2 * spe
-    flops = training_flops_per_example(config, seq_len, max_predictions) * batch_size
+    flops = Objective().training_flops_per_example(config, seq_len, max_predictions) * batch_size
     return {
         "preset": preset,
         "seq_len": seq_len,
@@ -151,7 +151,7 @@ def main() -> int:
 
     import keras
 
-    from launch.flops import peak_tflops_for
+    from launch.mfu import peak_tflops_for
 
     name = gpu_name()
     peak = args.peak_tflops or peak_tflops_for(name)

@@ -27,7 +27,7 @@ PER_SOURCE = 400
 
 def documents(data: Path) -> dict[str, list[tuple[str, str]]]:
     """Source -> [(expected language, text)], seeded samples of PER_SOURCE."""
-    from launch.labelled import LabelledFormat, read_examples
+    from launch.tasks.labelled import LabelledFormat, read_examples
 
     def paragraphs(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")

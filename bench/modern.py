@@ -76,11 +76,11 @@ def time_training(preset: str, seq_len: int, batch: int, predictions: int, steps
     """Compile, warm up, then time `steps` training steps (best of two halves' rate)."""
     import keras
 
-    from launch.flops import training_flops_per_example
     from launch.optimizer import build_optimizer
     from model.config import BertConfig
     from model.losses import compile_pretraining
     from model.masked_lm import build_pretraining_model
+    from model.pretraining import Objective
 
     keras.utils.set_random_seed(0)
     config = BertConfig.preset(preset, VOCAB)
@@ -99,7 +99,7 @@ def time_training(preset: str, seq_len: int, batch: int, predictions: int, steps
         model.fit(x, y, sample_weight=w, batch_size=batch, epochs=steps // 4, verbose=0)
         rates.append((steps // 4) * 2 / (time.perf_counter() - start))
     steps_per_s = max(rates)
-    flops = training_flops_per_example(config, seq_len, predictions) * batch
+    flops = Objective().training_flops_per_example(config, seq_len, predictions) * batch
     return {
         "parameters": model.count_params(),
         "compile_s": round(compile_s, 1),
@@ -111,7 +111,7 @@ def time_training(preset: str, seq_len: int, batch: int, predictions: int, steps
 
 
 def steps_table(args) -> None:
-    from launch.flops import measure_matmul_tflops
+    from launch.mfu import measure_matmul_tflops
 
     done = load().get("steps", {})
     peak = None

@@ -121,7 +121,7 @@ def run(args: list[str]) -> float:
 
 
 def read_split(lang: str, data: Path, split: str) -> list[tuple[str, str]]:
-    from launch.labelled import LabelledFormat, read_examples
+    from launch.tasks.labelled import LabelledFormat, read_examples
 
     fetcher, ext = LANGUAGES[lang]["task"]
     ex = read_examples(str(data / fetcher / f"{split}.{ext}"), LabelledFormat())
@@ -278,8 +278,8 @@ def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -
         return found
     import keras
 
-    from launch.finetune import FinetuneConfig
     from launch.finetune import finetune as run_finetune
+    from launch.tasks.config import FinetuneConfig
 
     fetcher, ext = LANGUAGES[lang]["task"]
     config = FinetuneConfig(

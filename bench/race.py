@@ -48,7 +48,7 @@ def run(args: list[str]) -> float:
 
 
 def read_split(folder: Path, split: str, ext: str) -> list[tuple[str, str]]:
-    from launch.labelled import LabelledFormat, read_examples
+    from launch.tasks.labelled import LabelledFormat, read_examples
 
     ex = read_examples(str(folder / f"{split}.{ext}"), LabelledFormat())
     return list(zip(ex.texts, ex.labels, strict=True))
@@ -98,7 +98,7 @@ def labelled_subset(task: str, data: Path, out: Path, count: int) -> Path:
 
 
 def finetune_args(args, task: str, data: Path, train: Path, seed: int, **overrides):
-    from launch.finetune import FinetuneConfig
+    from launch.tasks.config import FinetuneConfig
 
     fetcher, ext, _ = TASKS[task]
     values = {

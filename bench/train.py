@@ -113,8 +113,9 @@ def main() -> int:
 
     import tensorflow as tf
 
-    from launch.flops import measure_matmul_tflops, training_flops_per_example
+    from launch.mfu import measure_matmul_tflops
     from model.config import BertConfig
+    from model.pretraining import Objective
     from pipeline.schema import read_manifest
 
     manifest = read_manifest(args.corpus)
@@ -129,7 +130,7 @@ def main() -> int:
     for preset in args.presets.split(","):
         # keras-hub's encoder uses GELU's tanh approximation: the same flavour here, like for like.
         config = BertConfig.preset(preset, vocab, hidden_act="gelu_approximate")
-        flops = training_flops_per_example(config, seq_len, max_predictions) * args.batch_size
+        flops = Objective().training_flops_per_example(config, seq_len, max_predictions) * args.batch_size
         mine, hub = ours(config, seq_len, max_predictions), keras_hub_model(config, seq_len)
         hub_data = as_keras_hub(data)
         steps = max(5, int(args.seconds * steps_per_s(mine, data, 3)))  # size the runs to ~seconds

@@ -30,6 +30,12 @@ from common.errors import BertbeamError, ConfigError
 _BEAM_STAGE = re.compile(r" \[while running '[^']*'\]$")
 
 
+def first_paragraph(doc: str) -> str:
+    """A module docstring's first paragraph as one line: the whole sentence a --help opens with
+    (its first line alone may stop mid-sentence)."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
 def field(default, help: str, **metadata):
     """A dataclass field whose flag explains itself: `help` for --help; optional `flag` (the flag's
     name when it differs from the field's), `parse` (str -> value), `required`, `metavar`."""

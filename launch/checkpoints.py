@@ -1,10 +1,11 @@
-"""Checkpoints: what a run saves to resume exactly, and the weights a run can start from.
+"""Checkpoints: what a run saves to resume exactly, and reads back.
 
     checkpoints = Checkpoints(model, optimizer, f"{model_dir}/checkpoints", keep=3)
     step = checkpoints.restore()          # the newest checkpoint, if any: optimizer updates done
     checkpoints.save(step)
-    warm_start(model, "hf:out/hf")        # weights only: a bertbeam run, Google BERT, Hugging Face
-    read_bert_config("bert_config.json")  # ours, Google's or Hugging Face's config format
+    read_weights(model, "out/run/checkpoints/ckpt-500", partial=True)   # weights only
+
+Starting from other formats' weights (warm start, Google's and Hugging Face's) is `interop/`.
 
 Keras 3 models are not `tf.train` trackables (a `tf.train.Checkpoint(model=model)` saves no weight
 at all), so a checkpoint holds their `tf.Variable`s in dicts with stable keys (`model_variables`,
@@ -15,33 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import re
 
 import keras
 import tensorflow as tf
 
-from common.errors import BertbeamError, ConfigError
-from launch.google_checkpoint import (
-    GoogleCheckpointError,
-    google_bert_config,
-    is_google_checkpoint,
-    load_google_checkpoint,
-)
-from launch.hf_checkpoint import (
-    HFCheckpointError,
-    hf_bert_config,
-    hf_model_type,
-    is_hf_config,
-    load_hf_checkpoint,
-)
-from launch.hf_electra import load_hf_electra
-from launch.hf_modernbert import load_hf_modernbert, modernbert_config
-from model.config import BertConfig
+from common.errors import BertbeamError
 from model.encoder import ENCODER_LAYERS, weights_by_path
-
-HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or ModernBERT folder
-HF_LOADERS = {"electra": load_hf_electra, "modernbert": load_hf_modernbert}  # else BERT's
 
 
 class CheckpointError(BertbeamError):
@@ -149,7 +130,7 @@ def _unique(named: dict, variables) -> dict:
     return named
 
 
-# === Starting from other weights ===
+# === Reading weights back ===
 
 
 def read_weights(model: keras.Model, path: str, partial: bool = False) -> list[str]:
@@ -187,66 +168,7 @@ def _checkpoint_key(group: str, path: str) -> str:
     return f"{group}/{path.replace('.', '..').replace('/', '.S')}"
 
 
-def warm_start(model: keras.Model, source: str) -> list[str]:
-    """Weights only (no optimizer state, no step) from a bertbeam model_dir or checkpoint, a
-    Google BERT release (its folder, or a bert_model.ckpt prefix), or `hf:DIR`, a Hugging Face
-    BERT, ELECTRA discriminator or ModernBERT folder (config.json + model.safetensors). Returns the layers the
-    source has no weights for, which keep their fresh initialisation (a head, a pooler, ELECTRA's
-    generator), and prints them. Errors name --init_checkpoint."""
-    source = source.rstrip("/")
-    try:
-        if source.startswith(HF_PREFIX):
-            folder = source.removeprefix(HF_PREFIX)
-            load = HF_LOADERS.get(hf_model_type(folder), load_hf_checkpoint)
-            fresh = load(model, folder)
-        else:
-            path = _checkpoint_path(source)
-            if is_google_checkpoint(path):
-                load_google_checkpoint(model, path)
-                fresh = []
-            else:
-                fresh = read_weights(model, path, partial=True)
-    except (CheckpointError, GoogleCheckpointError, HFCheckpointError) as e:
-        raise CheckpointError(f"--init_checkpoint {e}") from None
-    layers = layers_of(fresh)
-    if layers:
-        print(f"warm start: {source} has no weights for {', '.join(layers)}; those start fresh", flush=True)
-    return layers
-
-
 def layers_of(paths: list[str]) -> list[str]:
     """The layers that own weight `paths` (`transformer_0/attention/query/kernel` ->
     `transformer_0`), in their order, once each."""
     return list(dict.fromkeys(path.split("/", 1)[0] for path in paths))
-
-
-def _checkpoint_path(source: str) -> str:
-    """The checkpoint prefix in a run's folder, a checkpoints folder, a Google release folder, or
-    `source` itself when it is a prefix."""
-    path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
-    if path is None and tf.io.gfile.exists(f"{source}/bert_model.ckpt.index"):
-        path = f"{source}/bert_model.ckpt"  # an unpacked google-research/bert release
-    if path is None and tf.io.gfile.exists(f"{source}.index"):
-        path = source
-    if path is None:
-        raise CheckpointError(f"{source}: no checkpoint found there")
-    return path
-
-
-def read_bert_config(path: str) -> BertConfig:
-    """A model shape from Hugging Face's config.json, google-research/bert's bert_config.json or
-    our BertConfig JSON, told apart by their fields."""
-    with tf.io.gfile.GFile(path) as f:
-        text = f.read()
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    try:
-        if is_hf_config(raw):
-            return modernbert_config(path) if raw.get("model_type") == "modernbert" else hf_bert_config(path)
-        if "num_hidden_layers" in raw:
-            return google_bert_config(path)
-        return BertConfig.from_json(text)
-    except ConfigError as e:  # BertConfig's own checks do not know the file; the format readers do
-        raise CheckpointError(f"{path}: {e}") from None

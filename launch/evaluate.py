@@ -14,23 +14,20 @@ the checkpoint, its step, the objective and the corpus.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import PurePosixPath
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
 
-import keras  # noqa: E402 - after the log level
-
-from common.cli import Parser, run_cli  # noqa: E402
-from common.errors import BertbeamError  # noqa: E402
-from launch.checkpoints import read_weights  # noqa: E402
-from launch.inputs import validation_dataset  # noqa: E402
-from launch.logs import figures  # noqa: E402
-from launch.models import model_io, pretraining_model  # noqa: E402
-from launch.run_dir import RunDir  # noqa: E402
-from launch.strategy import KINDS, choose_strategy  # noqa: E402
-from pipeline.schema import read_manifest  # noqa: E402
+from common.cli import Parser, first_paragraph, run_cli
+from common.errors import BertbeamError
+from launch.checkpoints import read_weights
+from launch.inputs import validation_dataset
+from launch.logs import figures
+from launch.models import model_io, pretraining_model
+from launch.run_dir import RunDir
+from launch.strategy import KINDS, choose_strategy
+from pipeline.schema import read_manifest
 
 
 class EvaluateError(BertbeamError):
@@ -83,7 +80,7 @@ def evaluate_corpus(model_dir: str, data: str, *, name: str | None = None, check
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.evaluate", description=__doc__.splitlines()[0], verbose_flag=True)
+    p = Parser(prog="python -m launch.evaluate", description=first_paragraph(__doc__), verbose_flag=True)
     p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
     p.add_argument("--data", required=True, help="a corpus folder built with the run's vocab")
     p.add_argument(

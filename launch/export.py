@@ -1,5 +1,7 @@
-"""What a user takes away from a run: model_dir/export/ at the end of training, and any format
-from any checkpoint with the command line:
+"""Export a run's checkpoint as a user takes it away: Hugging Face, google-research/bert or Keras.
+
+model_dir/export/ is written at the end of training; any format from any checkpoint on the command
+line:
 
     python -m launch.export --model_dir out/run --format hf --output out/hf      # Hugging Face
     python -m launch.export --model_dir out/run --format google --output out/g   # google-research/bert
@@ -17,40 +19,34 @@ vocab.model / .txt  the corpus's vocab (sentencepiece, or WordPiece)
 bert_config.json    the model's shape; train_config.json: the run that made it
 
 --format hf: config.json, model.safetensors, tokenizer.json, tokenizer_config.json and the vocab,
-which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (launch/hf_checkpoint.py);
-a ModernBERT run writes `ModernBertForMaskedLM`'s (launch/hf_modernbert.py); an ELECTRA run writes
+which `transformers.BertForMaskedLM` / `AutoTokenizer.from_pretrained` load (interop/hf_bert.py);
+a ModernBERT run writes `ModernBertForMaskedLM`'s (interop/hf_modernbert.py); an ELECTRA run writes
 two such folders, OUTPUT/discriminator (`ElectraForPreTraining`) and OUTPUT/generator
-(`ElectraForMaskedLM`) (launch/hf_electra.py).
+(`ElectraForMaskedLM`) (interop/hf_electra.py).
 --format google: bert_model.ckpt.*, bert_config.json and the vocab, under google-research/bert's
-variable names (launch/google_checkpoint.py).
+variable names (interop/google.py).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import tensorflow as tf
 
-import keras  # noqa: E402 - after the log level
-import tensorflow as tf  # noqa: E402
-
-from common.cli import Parser, run_cli  # noqa: E402
-from common.errors import BertbeamError  # noqa: E402
-from launch.checkpoints import CheckpointError, read_weights  # noqa: E402
-from launch.config import TrainConfig  # noqa: E402
-from launch.google_checkpoint import google_config_json, save_google_checkpoint  # noqa: E402
-from launch.hf_checkpoint import save_hf  # noqa: E402
-from launch.hf_electra import save_hf_electra  # noqa: E402
-from launch.hf_modernbert import save_hf_modernbert  # noqa: E402
-from launch.models import pretraining_model  # noqa: E402
-from launch.run_dir import RunDir  # noqa: E402
-from model.config import BertConfig  # noqa: E402
-from model.electra import generator_config  # noqa: E402
-from model.encoder import encoder_from  # noqa: E402
-from pipeline.files import write_atomically  # noqa: E402
-from pipeline.schema import Manifest  # noqa: E402
-from pipeline.vocab import VocabFile  # noqa: E402
+from common.cli import Parser, first_paragraph, run_cli
+from common.errors import BertbeamError
+from launch.checkpoints import CheckpointError, read_weights
+from launch.config import TrainConfig
+from launch.interop.formats import exporter
+from launch.models import pretraining_model
+from launch.run_dir import RunDir
+from launch.serving import save_encoder, save_keras
+from model.config import BertConfig
+from model.encoder import encoder_from
+from pipeline.files import write_atomically
+from pipeline.schema import Manifest
+from pipeline.vocab import VocabFile
 
 PRETRAINING = "pretraining.keras"
 ENCODER = "encoder"
@@ -67,11 +63,7 @@ def export(model: keras.Model, *, bert: BertConfig, manifest: Manifest, config: 
     and both configs."""
     folder = folder or RunDir(config.model_dir).export
     tf.io.gfile.makedirs(folder)
-    # A fresh, uncompiled copy: the saved file then carries no optimizer or schedule, so loading
-    # it needs only the model's own layers registered (and no strategy scope).
-    plain = keras.Model.from_config(model.get_config())
-    plain.set_weights(model.get_weights())
-    plain.save(f"{folder}/{PRETRAINING}")
+    plain = save_keras(model, f"{folder}/{PRETRAINING}")
     save_encoder(encoder_from(plain), f"{folder}/{ENCODER}")
     vocab = VocabFile.of_corpus(manifest)
     write_atomically(f"{folder}/{vocab.file_name}", vocab.data)
@@ -79,37 +71,6 @@ def export(model: keras.Model, *, bert: BertConfig, manifest: Manifest, config: 
     write_atomically(f"{folder}/train_config.json", config.to_json())
     print(f"exported to {folder}", flush=True)
     return folder
-
-
-def save_encoder(encoder: keras.Model, path: str) -> None:
-    """The encoder as a SavedModel with a three-input serving signature. Each row is taken as one
-    document: document_ids = input_mask, so real tokens attend to real tokens."""
-    seq_len = encoder.input["input_ids"].shape[1]
-    spec = {
-        name: tf.TensorSpec((None, seq_len), tf.int32, name=name)
-        for name in ("input_ids", "input_mask", "segment_ids")
-    }
-
-    def serve(input_ids, input_mask, segment_ids):
-        outputs = encoder(
-            {
-                "input_ids": input_ids,
-                "input_mask": input_mask,
-                "segment_ids": segment_ids,
-                "document_ids": input_mask,
-            },
-            training=False,
-        )
-        return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
-
-    archive = keras.export.ExportArchive()
-    archive.track(encoder)
-    archive.add_endpoint(
-        "serving_default",
-        serve,
-        input_signature=[spec["input_ids"], spec["input_mask"], spec["segment_ids"]],
-    )
-    archive.write_out(path, verbose=False)
 
 
 # === From a checkpoint, on the command line ===
@@ -133,55 +94,27 @@ def restore(model_dir: str, checkpoint: str | None = None):
 
 
 def export_as(fmt: str, model_dir: str, output: str, checkpoint: str | None = None) -> str:
-    """Writes the run's checkpoint to `output` in `fmt`; returns a line saying what was written."""
+    """Writes the run's checkpoint to `output` in `fmt` (`interop/formats.py` has the row that
+    writes it); returns a line saying what was written."""
     model, bert, manifest, config, path = restore(model_dir, checkpoint)
     output = output.rstrip("/")
     if fmt == "keras":
         export(model, bert=bert, manifest=manifest, config=config, folder=output)
         return f"exported {path} ({fmt}) to {output}"
-    vocab_file = VocabFile.of_corpus(manifest)
-    electra = "rtd" in model.output  # an ELECTRA run: a discriminator and a generator
-    if bert.modern and (electra or fmt == "google"):
-        formats, why = (
-            ("keras", "transformers has no ModernBERT ELECTRA")
-            if electra
-            else ("hf (ModernBertForMaskedLM) or keras", "google-research/bert has no such block")
+    objective = config.pretraining_objective
+    row = exporter(fmt, bert, objective.name)
+    if isinstance(row, str):  # no row writes this run in fmt: why, and what would
+        kind = " ".join(
+            [*(["ModernBERT"] if bert.modern else []), *(["ELECTRA"] if objective.name == "electra" else [])]
         )
-        kind = "ModernBERT ELECTRA" if electra else "ModernBERT"
-        raise ExportError(f"--model_dir {model_dir}: a {kind} run exports as {formats}; {why}")
-    if fmt == "hf" and bert.modern:
-        save_hf_modernbert(model, bert, vocab_file, output)
-        return f"exported {path} ({fmt}): ModernBertForMaskedLM to {output}"
-    if fmt == "hf" and electra:
-        generator = generator_config(bert, config.pretraining_objective.generator_size)
-        folders = save_hf_electra(model, bert, generator, vocab_file, output)
-        discriminator, generator_folder = folders
-        return (
-            f"exported {path} ({fmt}): ElectraForPreTraining to {discriminator}, "
-            f"ElectraForMaskedLM to {generator_folder}"
-        )
-    if fmt == "hf":
-        save_hf(model, bert, vocab_file, output)
-    elif electra:
-        raise ExportError(
-            f"--model_dir {model_dir}: an ELECTRA run exports as hf (ElectraForPreTraining and "
-            "ElectraForMaskedLM) or keras; google-research/bert's format has no place for its generator"
-        )
-    else:
-        config_json = google_config_json(bert)
-        save_google_checkpoint(model, f"{output}/bert_model.ckpt")
-        write_atomically(f"{output}/bert_config.json", config_json)
-        if bert.hidden_act == "gelu":
-            print(
-                "note: trained with exact (erf) GELU; google-research/bert computes the tanh form",
-                file=sys.stderr,
-            )
-        write_atomically(f"{output}/{vocab_file.file_name}", vocab_file.data)
-    return f"exported {path} ({fmt}) to {output}"
+        article = "an" if kind.startswith("E") else "a"
+        raise ExportError(f"--model_dir {model_dir}: {article} {kind} run {row}")
+    written = row.save(model, bert, VocabFile.of_corpus(manifest), objective, output)
+    return f"exported {path} ({fmt}){written}"
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.export", description=__doc__.splitlines()[0], verbose_flag=True)
+    p = Parser(prog="python -m launch.export", description=first_paragraph(__doc__), verbose_flag=True)
     p.add_argument("--model_dir", required=True, help="a launch.pretrain run (local or gs://)")
     p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--output", required=True, help="folder to write (local or gs://)")

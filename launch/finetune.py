@@ -9,8 +9,8 @@ pretrains asks next ("does it fine-tune well?"), answered with one command.
 Data: JSONL, TSV or CSV with a header row (by extension, or --format), fields named by
 --text_field / --text_pair_field / --label_field; or, with --tfds_name NAME, --train/--validation/
 --test name splits of a prepared tensorflow-datasets dataset. Bad rows are
-counted in eval.json and skipped (launch/labelled.py). Text is tokenised with the run's own vocab
-and rules (model_dir/corpus/, kept by the run), in the graph (launch/text_encoder.py), statically
+counted in eval.json and skipped (launch/tasks/labelled.py). Text is tokenised with the run's own vocab
+and rules (model_dir/corpus/, kept by the run), in the graph (launch/tasks/text_encoder.py), statically
 padded to --seq_len.
 
 Model: the pretrained encoder (a BERT run's, an ELECTRA run's discriminator, or a Hugging Face or
@@ -37,139 +37,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
-from pathlib import PurePosixPath
-from typing import Literal
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
+import tensorflow as tf
 
-import keras  # noqa: E402 - after the log level
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from common.cli import Parser, add_arguments, field, run_cli  # noqa: E402
-from common.errors import BertbeamError, ConfigError, need  # noqa: E402
-from launch.checkpoints import layers_of, read_bert_config, read_weights, warm_start  # noqa: E402
-from launch.hf_checkpoint import hf_model_type  # noqa: E402
-from launch.labelled import Examples, LabelledFormat, label_names, read_examples  # noqa: E402
-from launch.optimizer import build_optimizer, layer_decay_multipliers  # noqa: E402
-from launch.run_dir import RunDir  # noqa: E402
-from launch.strategy import KINDS, choose_strategy  # noqa: E402
-from launch.text_encoder import INPUTS, TextEncoder  # noqa: E402
-from model.config import BertConfig  # noqa: E402
+from common.cli import Parser, add_arguments, first_paragraph, run_cli
+from common.errors import ConfigError
+from launch.checkpoints import CheckpointError, layers_of
+from launch.interop.formats import HF_PREFIX, load_weights, locate, read_bert_config
+from launch.interop.hf_tokenizer import ReleaseVocabError, release_vocab
+from launch.optimizer import build_optimizer, layer_decay_multipliers
+from launch.run_dir import RunDir
+from launch.serving import save_keras, save_task
+from launch.strategy import choose_strategy
+from launch.tasks.classification import evaluate_splits, padded, plot_confusion, predictions
+from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.labelled import label_names, read_examples
+from launch.tasks.text_encoder import TextEncoder
+from model.config import BertConfig
 from model.encoder import build_encoder
-from model.tasks.classifier import build_classifier, default_pooling  # noqa: E402
-from pipeline.files import write_atomically  # noqa: E402
-from pipeline.vocab import VocabFile, kind_of  # noqa: E402
+from model.tasks.classifier import build_classifier, default_pooling
+from pipeline.files import write_atomically
+from pipeline.vocab import VocabFile
 
-HF_PREFIX = "hf:"
 CLASSIFIER = "classifier.keras"
 SERVING = "serving"
-# A release's vocab, first found first: BERT's, sentencepiece's, then a tokenizer.json alone
-# (ModernBERT's BPE; bertbeam's own exports hold one beside the vocab they were built with).
-VOCAB_FILES = ("vocab.txt", "vocab.model", "tokenizer.json")
-
-
-class FinetuneError(BertbeamError):
-    """Fine-tuning cannot start or its data cannot be used; one line saying why."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneConfig:
-    train: str = field(
-        None, "labelled training file (JSONL, TSV, CSV), or a split with --tfds_name", required=True
-    )
-    validation: str = field(None, "labelled file (or split) that picks the best epoch", required=True)
-    test: str | None = field(None, "labelled file (or split) reported as the headline figure")
-    model_dir: str | None = field(None, "a launch.pretrain run: its newest checkpoint, vocab and shape")
-    checkpoint: str | None = field(None, "with --model_dir: this checkpoint prefix instead of the newest")
-    init_checkpoint: str | None = field(
-        None, "instead of --model_dir: hf:DIR (Hugging Face) or a google-research/bert folder"
-    )
-    bert_config: str | None = field(
-        None, "with --init_checkpoint: the model's config (default: the folder's)"
-    )
-    lower_case: Literal["auto", "true", "false"] = field(
-        "auto", "with --init_checkpoint and a vocab.txt: lower-case first (auto: tokenizer_config.json, "
-        "or 'uncased' in a Google folder's name)"
-    )  # fmt: skip
-    output: str | None = field(None, "output folder (default: model_dir/finetune/NAME)")
-    name: str | None = field(
-        None, "the output's name under model_dir/finetune/ (default: the training file's stem)"
-    )
-    format: Literal["auto", "jsonl", "tsv", "csv"] = field("auto", "labelled files' format (auto: extension)")
-    tfds_name: str | None = field(
-        None, "--train/--validation/--test are splits of this tensorflow-datasets set"
-    )
-    text_field: str = field("text", "field or column holding the text")
-    text_pair_field: str | None = field(None, "field or column holding the second text of a pair task")
-    label_field: str = field("label", "field or column holding the label (string or int)")
-    tfds_data_dir: str | None = field(None, "with --tfds_name: where the prepared dataset lives")
-    from_scratch: bool = field(False, "the same architecture from random weights (the baseline)")
-    pooling: Literal["auto", "cls", "mean"] = field(
-        "auto",
-        "the head reads the pooled [CLS] output (BERT), or the mean of the real tokens' outputs; auto: "
-        "cls when the source trained its pooler (NSP/SOP), else mean (measured: docs/finetune.md)",
-    )
-    layer_decay: float = field(
-        0.8, "layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
-        "(the head at --learning_rate, the embeddings slowest; ELECTRA's recipe); 1 = off; never "
-        "with --from_scratch",
-    )  # fmt: skip
-    seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
-    global_batch_size: int = field(32, "examples per step over all replicas")
-    epochs: int = field(3, "passes over the training examples")
-    learning_rate: float = field(5e-5, "peak learning rate")
-    warmup_fraction: float = field(0.1, "share of the steps spent warming up")
-    weight_decay: float = field(0.01, "AdamW's decoupled weight decay (never on LayerNorm or bias)")
-    strategy: str = field("auto", f"hardware: {'|'.join(KINDS)}")
-    tpu: str | None = field(None, "TPU name or grpc:// address")
-    jit_compile: bool = field(True, "compile the train step with XLA (as on a TPU)")
-    seed: int = field(0, "initialisation, dropout and example order all derive from it")
-    export: bool = field(True, "write classifier.keras and the raw-string SavedModel")
-
-    def __post_init__(self):
-        need(
-            bool(self.model_dir) != bool(self.init_checkpoint), "pass one of --model_dir or --init_checkpoint"
-        )
-        need(bool(self.model_dir) or bool(self.output), "--init_checkpoint needs --output DIR")
-        need(self.checkpoint is None or bool(self.model_dir), "--checkpoint goes with --model_dir")
-        need(self.seq_len >= 8, f"--seq_len: expected >= 8, found {self.seq_len}")
-        for name in ("global_batch_size", "epochs"):
-            need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
-        need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
-        need(0 < self.layer_decay <= 1, f"--layer_decay: expected in (0, 1], found {self.layer_decay}")
-        need(
-            0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
-        )
-        need(self.strategy in KINDS, f"--strategy {self.strategy}: expected one of {', '.join(KINDS)}")
-
-    @property
-    def run_name(self) -> str:
-        name = self.name or (
-            self.tfds_name.split(":")[0] if self.tfds_name else PurePosixPath(self.train).stem
-        )
-        name = name.replace("/", "_")
-        return f"{name}-scratch" if self.from_scratch and not self.name else name
-
-    @property
-    def output_dir(self) -> str:
-        if self.output:
-            return self.output.rstrip("/")
-        return RunDir(self.model_dir).file(f"finetune/{self.run_name}")
-
-    @property
-    def labelled_format(self) -> LabelledFormat:
-        fmt = "tfds" if self.tfds_name else self.format
-        return LabelledFormat(
-            self.text_field, self.text_pair_field, self.label_field, fmt, self.tfds_data_dir
-        )
-
-    def source(self, split: str) -> str:
-        """What read_examples reads for --train/--validation/--test: the file, or NAME:SPLIT."""
-        return f"{self.tfds_name}:{split}" if self.tfds_name else split
 
 
 # === Where the encoder comes from ===
@@ -180,17 +75,18 @@ class Pretrained:
     bert: BertConfig
     vocab_file: VocabFile
     weights: str  # a bertbeam checkpoint prefix, hf:DIR, or a Google checkpoint
-    objective: str = "mlm"  # what trained it (a bertbeam run's --objective; hf: the model type)
+    objective: str = "mlm"  # what trained it (a bertbeam run's --objective; else its format's)
 
     def load(self, encoder: keras.Model) -> list[str]:
         """The source's weights into `encoder` (`build_encoder`'s); returns the layers it has no
         weights for, which keep their fresh values (a pooler a run without NSP never trained)."""
-        if self.weights.startswith(HF_PREFIX) or not tf.io.gfile.exists(f"{self.weights}.index"):
-            return warm_start(encoder, self.weights)
-        return layers_of(read_weights(encoder, self.weights, partial=True))
+        return load_weights(encoder, self.weights)
 
 
 def pretrained(config: FinetuneConfig) -> Pretrained:
+    """Where the encoder comes from: the run of --model_dir (its checkpoint, shape and the vocab
+    its corpus was built with), or the release of --init_checkpoint (any format of
+    `interop/formats.py`, with its config and vocab beside the weights)."""
     if config.model_dir:
         run = RunDir(config.model_dir)
         manifest = run.read_corpus()  # the run's own copy: a moved corpus folder does not matter
@@ -198,29 +94,16 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
         objective = run.read_config().objective
         return Pretrained(run.read_bert_config(), VocabFile.of_corpus(manifest), path, objective)
     source = config.init_checkpoint.rstrip("/")
-    hf = source.startswith(HF_PREFIX)
     folder = source.removeprefix(HF_PREFIX)
-    bert_config = config.bert_config or f"{folder}/{'config.json' if hf else 'bert_config.json'}"
-    if not tf.io.gfile.exists(bert_config):
-        raise FinetuneError(f"--init_checkpoint {source}: no {bert_config}; pass --bert_config FILE")
-    vocab_path = next((f"{folder}/{n}" for n in VOCAB_FILES if tf.io.gfile.exists(f"{folder}/{n}")), None)
-    if vocab_path is None:
-        raise FinetuneError(f"--init_checkpoint {source}: no {', '.join(VOCAB_FILES)} in {folder}")
-    with tf.io.gfile.GFile(vocab_path, "rb") as f:
-        data = f.read()
-    kind = kind_of(vocab_path)
-    lower = _lower_case(config.lower_case, folder, hf) if kind == "wordpiece" else False
-    objective = "electra" if hf and hf_model_type(folder) == "electra" else "mlm"
-    return Pretrained(read_bert_config(bert_config), VocabFile(kind, data, lower), source, objective)
-
-
-def _lower_case(flag: str, folder: str, hf: bool) -> bool:
-    if flag != "auto":
-        return flag == "true"
-    if hf and tf.io.gfile.exists(f"{folder}/tokenizer_config.json"):
-        with tf.io.gfile.GFile(f"{folder}/tokenizer_config.json") as f:
-            return bool(json.load(f).get("do_lower_case", False))
-    return "uncased" in PurePosixPath(folder).name
+    try:
+        fmt, _ = locate(source)
+        bert_config = config.bert_config or f"{folder}/{fmt.config_file}"
+        if not tf.io.gfile.exists(bert_config):
+            raise FinetuneError(f"no {bert_config}; pass --bert_config FILE")
+        vocab_file = release_vocab(folder, config.lower_case, hf=fmt.model_type is not None)
+    except (CheckpointError, FinetuneError, ReleaseVocabError) as e:
+        raise FinetuneError(f"--init_checkpoint {source}: {e}") from None
+    return Pretrained(read_bert_config(bert_config), vocab_file, source, fmt.objective)
 
 
 # === Model ===
@@ -266,142 +149,6 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
     return classifier, recipe
 
 
-# === Data ===
-
-
-def encode(text_encoder: TextEncoder, examples: Examples, chunk: int = 1024) -> dict[str, np.ndarray]:
-    """The model inputs of every example, (N, seq_len) int32 each, by the graph's own tokeniser."""
-    parts = []
-    for start in range(0, len(examples), chunk):
-        texts = tf.constant(examples.texts[start : start + chunk])
-        pairs = None if examples.pairs is None else tf.constant(examples.pairs[start : start + chunk])
-        parts.append({k: v.numpy() for k, v in text_encoder(texts, pairs).items()})
-    return {name: np.concatenate([p[name] for p in parts]) for name in INPUTS}
-
-
-def padded(features: dict[str, np.ndarray], label_ids: np.ndarray, batch: int) -> tf.data.Dataset:
-    """Every example once, in order, in full batches: the last one is filled with weight-0 copies
-    of the first example (static shapes; padding counts in no metric)."""
-    n = len(label_ids)
-    extra = -n % batch
-    take = np.concatenate([np.arange(n), np.zeros(extra, np.int64)])
-    x = {name: value[take] for name, value in features.items()}
-    weights = np.concatenate([np.ones(n, np.float32), np.zeros(extra, np.float32)])
-    return tf.data.Dataset.from_tensor_slices((x, label_ids[take], weights)).batch(batch, drop_remainder=True)
-
-
-# === Figures ===
-
-
-def figures(label_ids: np.ndarray, logits: np.ndarray, names: list[str], bad_rows: dict) -> dict:
-    """accuracy, macro_f1, per_class {label: precision, recall, f1, support}, loss (mean
-    cross-entropy), examples, bad_rows; and the confusion matrix (rows: true, columns: predicted)."""
-    logits = logits.astype(np.float64)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    predicted = logits.argmax(axis=1)
-    k = len(names)
-    confusion = np.zeros((k, k), np.int64)
-    np.add.at(confusion, (label_ids, predicted), 1)
-    per_class = {}
-    for i, name in enumerate(names):
-        tp = confusion[i, i]
-        precision = tp / confusion[:, i].sum() if confusion[:, i].sum() else 0.0
-        recall = tp / confusion[i].sum() if confusion[i].sum() else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        per_class[name] = {
-            "precision": float(precision),
-            "recall": float(recall),
-            "f1": float(f1),
-            "support": int(confusion[i].sum()),
-        }
-    return {
-        "accuracy": float((predicted == label_ids).mean()),
-        "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
-        "per_class": per_class,
-        "loss": float(-log_probs[np.arange(len(label_ids)), label_ids].mean()),
-        "examples": int(len(label_ids)),
-        "bad_rows": bad_rows,
-        "confusion": confusion.tolist(),
-    }
-
-
-def plot_confusion(confusion: list[list[int]], names: list[str], title: str, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    matrix = np.asarray(confusion)
-    size = max(3.5, 0.6 * len(names) + 2)
-    fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(matrix, cmap="Blues")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title)
-    for (i, j), count in np.ndenumerate(matrix):
-        color = "white" if count > matrix.max() / 2 else "black"
-        ax.text(j, i, str(count), ha="center", va="center", color=color)
-    fig.tight_layout()
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    with tf.io.gfile.GFile(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    plt.close(fig)
-
-
-# === Export ===
-
-
-def save_serving(
-    classifier: keras.Model, text_encoder: TextEncoder, names: list[str], pairs: bool, path: str
-):
-    """A SavedModel whose serving signature takes raw strings: the tokeniser runs inside it. A
-    tokenizer.json vocab has no graph tokeniser (launch/text_encoder.py): its signature takes the
-    model inputs instead, which `tokenizers` with the vocab beside it gives."""
-    label_names_tensor = tf.constant(names)
-
-    def predict(inputs):
-        logits = tf.cast(classifier(inputs, training=False), tf.float32)
-        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return {
-            "logits": logits,
-            "probabilities": tf.nn.softmax(logits),
-            "label_id": label_id,
-            "label": tf.gather(label_names_tensor, label_id),
-        }
-
-    text = tf.TensorSpec((None,), tf.string, name="text")
-    archive = keras.export.ExportArchive()
-    archive.track(classifier)
-    if not text_encoder.graph_tokenizer:
-        seq_len = text_encoder.seq_len
-        specs = [tf.TensorSpec((None, seq_len), tf.int32, name=name) for name in INPUTS]
-        archive.add_endpoint(
-            "serving_default",
-            lambda ids, mask, segments: predict(
-                {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
-            ),
-            input_signature=specs,
-        )
-        archive.write_out(path, verbose=False)
-        print(f"note: {path} takes input_ids, input_mask, segment_ids: tensorflow-text has no byte-level "
-              "BPE to run a tokenizer.json inside it", file=sys.stderr)  # fmt: skip
-        return
-    archive.track(text_encoder)
-    if pairs:
-        pair = tf.TensorSpec((None,), tf.string, name="text_pair")
-        archive.add_endpoint(
-            "serving_default", lambda t, p: predict(text_encoder(t, p)), input_signature=[text, pair]
-        )
-        archive.add_endpoint("tokenize", lambda t, p: text_encoder(t, p), input_signature=[text, pair])
-    else:
-        archive.add_endpoint("serving_default", lambda t: predict(text_encoder(t)), input_signature=[text])
-        archive.add_endpoint("tokenize", lambda t: text_encoder(t), input_signature=[text])
-    archive.write_out(path, verbose=False)
-
-
 # === The run ===
 
 
@@ -444,7 +191,8 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
     data = {}
     for split, ex in (("train", train_ex), ("validation", validation_ex), ("test", test_ex)):
         if ex is not None:
-            data[split] = (encode(text_encoder, ex), np.array([index[y] for y in ex.labels], np.int32))
+            features = text_encoder.encode_all(ex.texts, ex.pairs)
+            data[split] = (features, np.array([index[y] for y in ex.labels], np.int32))
 
     with strategy.scope():
         classifier, recipe = build_model(config, source, len(names), steps_per_epoch * config.epochs)
@@ -504,10 +252,9 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         ),
     )  # fmt: skip
     if config.export:
-        plain = keras.Model.from_config(classifier.get_config())
-        plain.set_weights(classifier.get_weights())
-        plain.save(f"{out}/{CLASSIFIER}")
-        save_serving(plain, text_encoder, names, config.text_pair_field is not None, f"{out}/{SERVING}")
+        plain = save_keras(classifier, f"{out}/{CLASSIFIER}")
+        pairs = config.text_pair_field is not None
+        save_task(plain, text_encoder, predictions(plain, names), pairs, f"{out}/{SERVING}")
     headline = results.get("test", results)
     return {
         "output": out,
@@ -519,25 +266,8 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
     }
 
 
-def evaluate_splits(classifier, data, names, batch, examples) -> dict:
-    """Validation figures at the top level, test figures under "test"."""
-    results = {}
-    for split in ("validation", "test"):
-        if split not in data:
-            continue
-        features, label_ids = data[split]
-        logits = classifier.predict(padded(features, label_ids, batch).map(lambda x, y, w: x), verbose=0)
-        found = figures(label_ids, np.asarray(logits)[: len(label_ids)], names, examples[split].bad_rows)
-        if split == "validation":
-            found.pop("bad_rows")  # the top level's bad_rows covers every split
-            results.update(found)
-        else:
-            results["test"] = found
-    return results
-
-
 def parser() -> Parser:
-    p = Parser(prog="python -m launch.finetune", description=__doc__.splitlines()[0], verbose_flag=True)
+    p = Parser(prog="python -m launch.finetune", description=first_paragraph(__doc__), verbose_flag=True)
     add_arguments(p, FinetuneConfig)
     return p
 

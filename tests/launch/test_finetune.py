@@ -20,9 +20,10 @@ import tensorflow as tf
 from common.errors import BertbeamError, ConfigError
 from launch.evaluate import evaluate_corpus
 from launch.export import export_as
-from launch.finetune import FinetuneConfig, encode, finetune, pretrained
-from launch.labelled import LabelledFormat, read_examples
-from launch.text_encoder import TextEncoder, truncate
+from launch.finetune import finetune, pretrained
+from launch.tasks.config import FinetuneConfig
+from launch.tasks.labelled import LabelledFormat, read_examples
+from launch.tasks.text_encoder import TextEncoder, truncate
 from launch.train import train
 from model.encoder import build_encoder
 from pipeline.fetch_corpora import split_of
@@ -243,9 +244,7 @@ def test_the_raw_string_signature_equals_the_model_in_process(run, topics, topic
     out = run / "finetune" / "train"
     source = pretrained(config(run, topics))
     texts = read_examples(str(topics / "test.jsonl"), LabelledFormat()).texts
-    ids = encode(
-        TextEncoder(source.vocab_file, 32), read_examples(str(topics / "test.jsonl"), LabelledFormat())
-    )
+    ids = TextEncoder(source.vocab_file, 32).encode_all(texts)
     classifier = keras.saving.load_model(out / "classifier.keras")
     expected = classifier.predict(ids, verbose=0)
     served = tf.saved_model.load(str(out / "serving"))

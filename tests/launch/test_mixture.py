@@ -16,7 +16,8 @@ import tensorflow as tf
 from launch.checkpoints import optimizer_variables
 from launch.config import TrainConfig
 from launch.optimizer import WarmupLinearDecay
-from launch.train import TrainError, build, prepare, train
+from launch.prepare import TrainError, prepare
+from launch.train import build, train
 from model.config import BertConfig
 from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest

@@ -20,8 +20,8 @@ from launch.train import train
 from model.config import BertConfig
 from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
+from tests.launch.interop.test_hf_bert import load_quietly
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
-from tests.launch.test_hf_checkpoint import load_quietly
 from tests.launch.test_pretrain import run_config
 
 pytestmark = pytest.mark.slow  # trains end to end
@@ -139,9 +139,9 @@ def test_a_modernbert_release_with_its_bpe_tokenizer_pretrains_on_and_fine_tunes
     byte-level BPE tokenizer.json and nothing else; more embedding rows than tokens, as ModernBERT's
     50,368 for 50,285): `make corpus` takes the tokenizer as the vocab, pretraining warm-starts
     every weight from the folder, and launch.finetune fine-tunes it."""
-    from launch.hf_modernbert import hf_tensors
+    from launch.interop.hf_modernbert import hf_tensors
     from tests.conftest import build
-    from tests.launch.test_hf_modernbert import random_hf_model
+    from tests.launch.interop.test_hf_modernbert import random_hf_model
 
     tokens = len(json.loads(botchan_bpe.read_text())["model"]["vocab"]) + 5  # the specials after the vocab
     release = tmp_path / "ModernBERT"

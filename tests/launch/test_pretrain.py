@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from launch.checkpoints import CheckpointError, model_variables
 from launch.config import ConfigError, TrainConfig
-from launch.train import TrainError, prepare, train
+from launch.prepare import TrainError, prepare
+from launch.train import train
 from model.config import BertConfig
 from model.encoder import encoder_from
 from model.masked_lm import build_pretraining_model

@@ -397,7 +397,7 @@ def test_hf_export_tokenizer_and_googles_tokenizer_give_the_shards_ids(
     English text to the ids the shards hold."""
     from collections import Counter
 
-    from launch.hf_checkpoint import save_hf
+    from launch.interop.hf_bert import save_hf
     from model.config import BertConfig
     from model.masked_lm import build_pretraining_model
     from pipeline.vocab import VocabFile

@@ -158,7 +158,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from launch.config import TrainConfig
 from common.errors import BertbeamError
-from launch.train import prepare
+from launch.prepare import prepare
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 try:

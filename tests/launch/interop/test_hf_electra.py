@@ -16,8 +16,8 @@ import pytest
 import torch
 import transformers
 
-from launch.checkpoints import read_bert_config, warm_start
-from launch.hf_electra import load_hf_electra, save_hf_electra
+from launch.interop.formats import read_bert_config, warm_start
+from launch.interop.hf_electra import load_hf_electra, save_hf_electra
 from model.config import BertConfig
 from model.electra import generator_config
 from model.encoder import build_encoder, encoder_from
@@ -25,7 +25,7 @@ from model.pretraining import Objective
 from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile
-from tests.launch.test_hf_checkpoint import load_quietly, randomized
+from tests.launch.interop.test_hf_bert import load_quietly, randomized
 
 H, HEADS, INNER, LAYERS, MAXPOS, T, P = 12, 3, 29, 2, 40, 33, 5
 TOLERANCE = 1e-4

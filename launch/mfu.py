@@ -1,16 +1,14 @@
-"""Model FLOPs and device peaks: what model-FLOPs utilisation (MFU) is computed from.
+"""Model-FLOPs utilisation (MFU): the devices' peaks it divides by, and this host's measured rate.
 
 MFU = (model FLOPs per step x steps/s) / peak FLOP/s. Model FLOPs count the matmuls the model
 needs (forward 2 per multiply-add, backward twice the forward), not what the hardware executes, so
-recomputation or padding never inflates MFU.
+recomputation or padding never inflates MFU; each objective counts its own
+(`model.pretraining.Objective.training_flops_per_example`).
 """
 
 from __future__ import annotations
 
 import time
-
-from model.config import BertConfig
-from model.pretraining import Objective
 
 # Dense bf16 peaks in TFLOP/s per device (per chip for TPUs), from the vendors' data sheets.
 PEAK_TFLOPS = {
@@ -30,14 +28,6 @@ PEAK_TFLOPS = {
     "V100": 125.0,  # fp16 tensor cores
     "T4": 65.0,  # fp16 tensor cores
 }
-
-
-def training_flops_per_example(
-    config: BertConfig, seq_len: int, max_predictions: int, objective: Objective | None = None
-) -> float:
-    """Matmul FLOPs of one training example of `objective` (default: BERT's masked LM): 3x the
-    forward pass (forward, then two backward); `Objective.training_flops_per_example`."""
-    return (objective or Objective()).training_flops_per_example(config, seq_len, max_predictions)
 
 
 def peak_tflops_for(device_kind: str) -> float | None:

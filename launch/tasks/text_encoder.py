@@ -18,7 +18,7 @@ Both give the pipeline's ids on every text of both demo corpora and both labelle
   `tokenizers` runs it in Python (the pipeline's own code, so the same ids) through
   `tf.py_function`. That works wherever the Python process runs the graph, training included,
   but a SavedModel cannot carry it: `graph_tokenizer` says so, and the fine-tuned SavedModel of
-  such a vocab takes token ids instead (launch/finetune.py).
+  such a vocab takes token ids instead (launch/serving.py).
 
 Layout, as google-research/bert's run_classifier: [CLS] a [SEP] (b [SEP]), segment ids 0 then 1,
 zero padding to seq_len. Too long: tokens come off the end of the longer text first (BERT's
@@ -27,12 +27,11 @@ _truncate_seq_pair), so a pair keeps as much of both as fits.
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tft
 
 from pipeline.vocab import VocabFile
-
-INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
 class TextEncoder(tf.Module):
@@ -109,6 +108,17 @@ class TextEncoder(tf.Module):
             "input_mask": tf.cast(input_mask, tf.int32),
             "segment_ids": tf.cast(segment_ids, tf.int32),
         }
+
+    def encode_all(self, texts: list[str], pairs: list[str] | None = None, chunk: int = 1024) -> dict:
+        """The model inputs of every text (and its pair), (N, seq_len) int32 numpy arrays each,
+        by the graph's own tokeniser, `chunk` texts at a time."""
+        parts = []
+        for start in range(0, len(texts), chunk):
+            pair = None if pairs is None else tf.constant(pairs[start : start + chunk])
+            parts.append(
+                {k: v.numpy() for k, v in self(tf.constant(texts[start : start + chunk]), pair).items()}
+            )
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def truncate(segments: list[tf.RaggedTensor], budget: int) -> list[tf.RaggedTensor]:

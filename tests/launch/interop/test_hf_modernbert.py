@@ -14,14 +14,14 @@ import pytest
 import torch
 import transformers
 
-from launch.checkpoints import read_bert_config, warm_start
-from launch.hf_checkpoint import HFCheckpointError
-from launch.hf_modernbert import load_hf_modernbert, modernbert_config, save_hf_modernbert
+from launch.interop.formats import read_bert_config, warm_start
+from launch.interop.hf_folder import HFCheckpointError
+from launch.interop.hf_modernbert import load_hf_modernbert, modernbert_config, save_hf_modernbert
 from model.config import BertConfig
 from model.masked_lm import build_pretraining_model
 from pipeline import text
 from pipeline.vocab import VocabFile
-from tests.launch.test_hf_checkpoint import load_quietly, randomized
+from tests.launch.interop.test_hf_bert import load_quietly, randomized
 
 H, HEADS, INNER, LAYERS, WINDOW, T, P = 24, 3, 29, 4, 4, 23, 6
 TOLERANCE = 1e-4

@@ -16,16 +16,21 @@ with numpy: no torch needed here.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from launch.hf_checkpoint import WEIGHTS, HFCheckpointError, read_hf_tensors, write_hf_folder
+from launch.interop.hf_folder import (
+    HFCheckpointError,
+    HFTensor,
+    assign_hf_tensors,
+    tensors_of,
+    write_hf_folder,
+)
 from model.config import BertConfig
-from model.encoder import count_blocks, weights_by_path
+from model.encoder import count_blocks
 from pipeline.vocab import VocabFile
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}  # ours -> transformers'
@@ -37,39 +42,32 @@ FROM_HF_ACTIVATIONS = {
 BASE = "model."  # ModernBertForMaskedLM's prefix for the encoder; a bare ModernBertModel has none
 
 
-@dataclasses.dataclass(frozen=True)
-class Row:
-    ours: str  # Keras weight path
-    hf: str  # transformers' state-dict name
-    kernel: bool = False  # a Dense kernel: transposed between the two
-
-
-def mappings(model: keras.Model) -> list[Row]:
+def mappings(model: keras.Model) -> list[HFTensor]:
     """Every weight of a ModernBERT pretraining model or encoder under ModernBertForMaskedLM's
     names (the head where the model has one). The pooler and an NSP head have no place there."""
     names = {layer.name for layer in model.layers}
-    rows = [Row("token_embedding/embeddings", "model.embeddings.tok_embeddings.weight"),
-            Row("embedding_norm/gamma", "model.embeddings.norm.weight")]  # fmt: skip
+    rows = [HFTensor("token_embedding/embeddings", "model.embeddings.tok_embeddings.weight"),
+            HFTensor("embedding_norm/gamma", "model.embeddings.norm.weight")]  # fmt: skip
     for i in range(count_blocks(names)):
         ours, theirs = f"transformer_{i}", f"model.layers.{i}"
         if i > 0:  # the first block reads normalised embeddings: no norm before its attention
-            rows.append(Row(f"{ours}/attention_norm/gamma", f"{theirs}.attn_norm.weight"))
+            rows.append(HFTensor(f"{ours}/attention_norm/gamma", f"{theirs}.attn_norm.weight"))
         rows += [
-            Row(f"{ours}/qkv/kernel", f"{theirs}.attn.Wqkv.weight", kernel=True),
-            Row(f"{ours}/attention_output/kernel", f"{theirs}.attn.Wo.weight", kernel=True),
-            Row(f"{ours}/mlp_norm/gamma", f"{theirs}.mlp_norm.weight"),
-            Row(f"{ours}/mlp_input/kernel", f"{theirs}.mlp.Wi.weight", kernel=True),
-            Row(f"{ours}/mlp_output/kernel", f"{theirs}.mlp.Wo.weight", kernel=True),
+            HFTensor(f"{ours}/qkv/kernel", f"{theirs}.attn.Wqkv.weight", kernel=True),
+            HFTensor(f"{ours}/attention_output/kernel", f"{theirs}.attn.Wo.weight", kernel=True),
+            HFTensor(f"{ours}/mlp_norm/gamma", f"{theirs}.mlp_norm.weight"),
+            HFTensor(f"{ours}/mlp_input/kernel", f"{theirs}.mlp.Wi.weight", kernel=True),
+            HFTensor(f"{ours}/mlp_output/kernel", f"{theirs}.mlp.Wo.weight", kernel=True),
         ]
-    rows.append(Row("final_norm/gamma", "model.final_norm.weight"))
+    rows.append(HFTensor("final_norm/gamma", "model.final_norm.weight"))
     if "mlm_transform" in names:
-        rows += [Row("mlm_transform/kernel", "head.dense.weight", kernel=True),
-                 Row("mlm_norm/gamma", "head.norm.weight"),
-                 Row("mlm_bias/bias", "decoder.bias")]  # fmt: skip
+        rows += [HFTensor("mlm_transform/kernel", "head.dense.weight", kernel=True),
+                 HFTensor("mlm_norm/gamma", "head.norm.weight"),
+                 HFTensor("mlm_bias/bias", "decoder.bias")]  # fmt: skip
     return rows
 
 
-def is_head(row: Row) -> bool:
+def is_head(row: HFTensor) -> bool:
     return not row.hf.startswith(BASE)
 
 
@@ -132,16 +130,11 @@ def hf_modernbert_config(bert: BertConfig, special_ids: dict[str, int]) -> dict:
 def hf_tensors(model: keras.Model) -> dict[str, np.ndarray]:
     """ModernBertForMaskedLM's state dict (float32, C-contiguous) from the model's variables; the
     decoder weight is tied to the token embedding, so it is not among them."""
-    weights = weights_by_path(model)
-    out = {}
-    for row in mappings(model):
-        value = np.asarray(keras.ops.convert_to_numpy(weights[row.ours]), np.float32)
-        out[row.hf] = np.ascontiguousarray(value.T if row.kernel else value)
-    return out
+    return tensors_of(model, mappings(model))
 
 
 def save_hf_modernbert(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str) -> None:
-    """config.json, model.safetensors, the vocab and its tokenizer files (launch/hf_checkpoint.py)."""
+    """config.json, model.safetensors, the vocab and its tokenizer files (`hf_folder.py`)."""
     config = hf_modernbert_config(bert, vocab_file.load().special_ids)
     write_hf_folder(folder, config, hf_tensors(model), vocab_file, bert.max_position)
 
@@ -212,26 +205,5 @@ def load_hf_modernbert(model: keras.Model, folder: str) -> list[str]:
     before anything is assigned; only the MLM head may be missing (a ModernBertModel has none),
     and keeps its fresh values. Returns the weights that stay fresh: those, and any the format
     has no place for (a pooler, an NSP head)."""
-    folder = folder.rstrip("/")
-    path = f"{folder}/{WEIGHTS}"
-    tensors = read_hf_tensors(folder)
-    weights = weights_by_path(model)
-    values = {}
-    for row in mappings(model):
-        found = next((k for k in (row.hf, row.hf.removeprefix(BASE)) if k in tensors), None)
-        if found is None:
-            if is_head(row):
-                continue
-            raise HFCheckpointError(f"{path}: no tensor {row.hf} (for {row.ours})")
-        value = tensors[found].astype(np.float32)
-        value = value.T if row.kernel else value
-        want = tuple(weights[row.ours].shape)
-        if value.shape != want:
-            raise HFCheckpointError(
-                f"{path}: {found} has shape {tensors[found].shape}, the model's {row.ours} needs "
-                f"{want[::-1] if row.kernel else want}"
-            )
-        values[row.ours] = value
-    for ours, value in values.items():
-        weights[ours].assign(value)
-    return [p for p in weights if p not in values]
+    rows = mappings(model)
+    return assign_hf_tensors(model, folder, rows, {row.ours for row in rows if is_head(row)}, prefix=BASE)

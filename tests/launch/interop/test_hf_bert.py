@@ -17,12 +17,8 @@ import pytest
 import torch
 import transformers
 
-from launch.hf_checkpoint import (
-    HFCheckpointError,
-    hf_bert_config,
-    load_hf_checkpoint,
-    save_hf,
-)
+from launch.interop.hf_bert import hf_bert_config, load_hf_checkpoint, save_hf
+from launch.interop.hf_folder import HFCheckpointError
 from model.config import BertConfig
 from model.masked_lm import build_pretraining_model
 from pipeline import text
@@ -298,7 +294,8 @@ def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
     """`--init_checkpoint hf:DIR --bert_config DIR/config.json`: the run starts from its weights."""
     from launch.checkpoints import CheckpointError
     from launch.config import TrainConfig
-    from launch.train import build, prepare
+    from launch.prepare import prepare
+    from launch.train import build
     from pipeline.schema import read_manifest
 
     vocab_size = read_manifest(str(small_corpus)).vocab.size

@@ -2,6 +2,7 @@
 
     load_google_checkpoint(model, "uncased_L-12_H-768_A-12/bert_model.ckpt")   # warm start
     save_google_checkpoint(model, "out/google/bert_model.ckpt")                 # for its tools
+    save_google(model, bert, vocab_file, "out/google")   # the checkpoint, bert_config.json, vocab
 
 Google's checkpoints name each tensor (`bert/encoder/layer_0/attention/self/query/kernel`) and
 store attention kernels as (H, H) matrices, where Keras's MultiHeadAttention keeps (H, heads,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import keras
 import numpy as np
@@ -22,6 +24,8 @@ import tensorflow as tf
 from common.errors import BertbeamError
 from model.config import BertConfig
 from model.encoder import count_blocks, weights_by_path
+from pipeline.files import write_atomically
+from pipeline.vocab import VocabFile
 
 
 class GoogleCheckpointError(BertbeamError):
@@ -30,7 +34,7 @@ class GoogleCheckpointError(BertbeamError):
 
 @dataclasses.dataclass(frozen=True)
 class MappedVariable:
-    """One variable under both names; Hugging Face's names derive from Google's (hf_checkpoint)."""
+    """One variable under both names; Hugging Face's BERT names derive from Google's (`hf_bert.py`)."""
 
     google: str  # the tensor's name in Google's checkpoint
     ours: str  # the Keras variable path in bertbeam's pretraining model
@@ -169,6 +173,19 @@ def save_google_checkpoint(model: keras.Model, prefix: str) -> None:
         shape_and_slices=[""] * len(rows),
         tensors=tensors,
     )
+
+
+def save_google(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str) -> None:
+    """An unpacked google-research/bert release: bert_model.ckpt.*, bert_config.json, the vocab."""
+    config_json = google_config_json(bert)  # refuses a shape Google's code cannot build, first
+    save_google_checkpoint(model, f"{folder}/bert_model.ckpt")
+    write_atomically(f"{folder}/bert_config.json", config_json)
+    if bert.hidden_act == "gelu":
+        print(
+            "note: trained with exact (erf) GELU; google-research/bert computes the tanh form",
+            file=sys.stderr,
+        )
+    write_atomically(f"{folder}/{vocab_file.file_name}", vocab_file.data)
 
 
 def google_bert_config(path: str) -> BertConfig:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from launch.google_checkpoint import (
+from launch.interop.google import (
     GoogleCheckpointError,
     google_bert_config,
     load_google_checkpoint,
@@ -170,7 +170,8 @@ def test_a_missing_or_misshapen_variable_is_named(google_checkpoint, tmp_path):
 
 
 def test_init_checkpoint_takes_a_google_release_folder(google_checkpoint):
-    from launch.checkpoints import CheckpointError, warm_start
+    from launch.checkpoints import CheckpointError
+    from launch.interop.formats import warm_start
 
     folder, arrays = google_checkpoint
     model = build_pretraining_model(google_bert_config(str(folder / "bert_config.json")), T, P)

@@ -5,7 +5,7 @@ the tokenizer and vocab).
     save_hf_electra(model, bert, generator, vocab_file, "out/hf")  # out/hf/discriminator, out/hf/generator
     load_hf_electra(model, "electra-small-discriminator")         # --init_checkpoint hf:DIR
 
-Names go through Google's, as BERT's do (launch/hf_checkpoint.py): the base model is `electra.`
+Names go through Google's, as BERT's do (`hf_bert.py`): the base model is `electra.`
 instead of `bert.`; `electra.embeddings_project` is the projection where the embeddings are
 narrower than the encoder (ELECTRA-Small's discriminator, every generator here); the heads are
 `discriminator_predictions.{dense, dense_prediction}` and `generator_predictions.{dense,
@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import keras
 
-from launch.google_checkpoint import (
+from launch.interop.google import (
     MappedVariable,
     block_mappings,
     dense_mappings,
     embedding_mappings,
     norm_mappings,
 )
-from launch.hf_checkpoint import (
-    ACTIVATIONS,
-    HFCheckpointError,
-    assign_hf_tensors,
-    hf_config,
-    hf_tensors,
-    write_hf_folder,
-)
+from launch.interop.hf_bert import ACTIVATIONS, hf_config, hf_rows
+from launch.interop.hf_folder import HFCheckpointError, assign_hf_tensors, tensors_of, write_hf_folder
 from model.config import BertConfig
 from model.electra import GENERATOR
 from model.encoder import count_blocks
@@ -96,7 +90,7 @@ def save_hf_electra(model: keras.Model, bert: BertConfig, generator: BertConfig,
     ):
         path = f"{folder.rstrip('/')}/{name}"
         config = electra_config(shape, pad, architecture)
-        write_hf_folder(path, config, hf_tensors(model, rows), vocab_file, bert.max_position)
+        write_hf_folder(path, config, tensors_of(model, hf_rows(rows)), vocab_file, bert.max_position)
         out.append(path)
     return out
 
@@ -105,11 +99,10 @@ def load_hf_electra(model: keras.Model, folder: str) -> list[str]:
     """Assigns an ELECTRA discriminator's folder (ElectraForPreTraining, or a bare ElectraModel)
     to `model`'s encoder, and its replaced-token head where both have one. Returns the weights that
     stay fresh (a generator, an MLM head, a pooler): the caller lists them."""
-    folder = folder.rstrip("/")
     rows = discriminator_mappings(model)
     optional = {m.ours for m in rows if m.google.startswith("discriminator_predictions/")}
     try:
-        return assign_hf_tensors(model, folder, rows, optional, prefix="electra.")
+        return assign_hf_tensors(model, folder, hf_rows(rows), optional, prefix="electra.")
     except HFCheckpointError as e:
         raise HFCheckpointError(
             f"{e} (an ELECTRA discriminator: ElectraForPreTraining or ElectraModel)"

@@ -1,0 +1,114 @@
+"""`FinetuneConfig`: every fine-tuning parameter with its help text, the flags of `launch.finetune`;
+where its output goes and how its labelled files are read."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import PurePosixPath
+from typing import Literal
+
+from common.cli import field
+from common.errors import BertbeamError, need
+from launch.run_dir import RunDir
+from launch.strategy import KINDS
+from launch.tasks.labelled import LabelledFormat
+
+
+class FinetuneError(BertbeamError):
+    """Fine-tuning cannot start or its data cannot be used; one line saying why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    train: str = field(
+        None, "labelled training file (JSONL, TSV, CSV), or a split with --tfds_name", required=True
+    )
+    validation: str = field(None, "labelled file (or split) that picks the best epoch", required=True)
+    test: str | None = field(None, "labelled file (or split) reported as the headline figure")
+    model_dir: str | None = field(None, "a launch.pretrain run: its newest checkpoint, vocab and shape")
+    checkpoint: str | None = field(None, "with --model_dir: this checkpoint prefix instead of the newest")
+    init_checkpoint: str | None = field(
+        None, "instead of --model_dir: hf:DIR (Hugging Face) or a google-research/bert folder"
+    )
+    bert_config: str | None = field(
+        None, "with --init_checkpoint: the model's config (default: the folder's)"
+    )
+    lower_case: Literal["auto", "true", "false"] = field(
+        "auto", "with --init_checkpoint and a vocab.txt: lower-case first (auto: tokenizer_config.json, "
+        "or 'uncased' in a Google folder's name)"
+    )  # fmt: skip
+    output: str | None = field(None, "output folder (default: model_dir/finetune/NAME)")
+    name: str | None = field(
+        None, "the output's name under model_dir/finetune/ (default: the training file's stem)"
+    )
+    format: Literal["auto", "jsonl", "tsv", "csv"] = field("auto", "labelled files' format (auto: extension)")
+    tfds_name: str | None = field(
+        None, "--train/--validation/--test are splits of this tensorflow-datasets set"
+    )
+    text_field: str = field("text", "field or column holding the text")
+    text_pair_field: str | None = field(None, "field or column holding the second text of a pair task")
+    label_field: str = field("label", "field or column holding the label (string or int)")
+    tfds_data_dir: str | None = field(None, "with --tfds_name: where the prepared dataset lives")
+    from_scratch: bool = field(False, "the same architecture from random weights (the baseline)")
+    pooling: Literal["auto", "cls", "mean"] = field(
+        "auto",
+        "the head reads the pooled [CLS] output (BERT), or the mean of the real tokens' outputs; auto: "
+        "cls when the source trained its pooler (NSP/SOP), else mean (measured: docs/finetune.md)",
+    )
+    layer_decay: float = field(
+        0.8, "layer-wise learning-rate decay: each layer learns at this times the rate of the one above "
+        "(the head at --learning_rate, the embeddings slowest; ELECTRA's recipe); 1 = off; never "
+        "with --from_scratch",
+    )  # fmt: skip
+    seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
+    global_batch_size: int = field(32, "examples per step over all replicas")
+    epochs: int = field(3, "passes over the training examples")
+    learning_rate: float = field(5e-5, "peak learning rate")
+    warmup_fraction: float = field(0.1, "share of the steps spent warming up")
+    weight_decay: float = field(0.01, "AdamW's decoupled weight decay (never on LayerNorm or bias)")
+    strategy: str = field("auto", f"hardware: {'|'.join(KINDS)}")
+    tpu: str | None = field(None, "TPU name or grpc:// address")
+    jit_compile: bool = field(True, "compile the train step with XLA (as on a TPU)")
+    seed: int = field(0, "initialisation, dropout and example order all derive from it")
+    export: bool = field(True, "write classifier.keras and the raw-string SavedModel")
+
+    def __post_init__(self):
+        need(
+            bool(self.model_dir) != bool(self.init_checkpoint), "pass one of --model_dir or --init_checkpoint"
+        )
+        need(bool(self.model_dir) or bool(self.output), "--init_checkpoint needs --output DIR")
+        need(self.checkpoint is None or bool(self.model_dir), "--checkpoint goes with --model_dir")
+        need(self.seq_len >= 8, f"--seq_len: expected >= 8, found {self.seq_len}")
+        for name in ("global_batch_size", "epochs"):
+            need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
+        need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
+        need(0 < self.layer_decay <= 1, f"--layer_decay: expected in (0, 1], found {self.layer_decay}")
+        need(
+            0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
+        )
+        need(self.strategy in KINDS, f"--strategy {self.strategy}: expected one of {', '.join(KINDS)}")
+
+    @property
+    def run_name(self) -> str:
+        name = self.name or (
+            self.tfds_name.split(":")[0] if self.tfds_name else PurePosixPath(self.train).stem
+        )
+        name = name.replace("/", "_")
+        return f"{name}-scratch" if self.from_scratch and not self.name else name
+
+    @property
+    def output_dir(self) -> str:
+        if self.output:
+            return self.output.rstrip("/")
+        return RunDir(self.model_dir).file(f"finetune/{self.run_name}")
+
+    @property
+    def labelled_format(self) -> LabelledFormat:
+        fmt = "tfds" if self.tfds_name else self.format
+        return LabelledFormat(
+            self.text_field, self.text_pair_field, self.label_field, fmt, self.tfds_data_dir
+        )
+
+    def source(self, split: str) -> str:
+        """What read_examples reads for --train/--validation/--test: the file, or NAME:SPLIT."""
+        return f"{self.tfds_name}:{split}" if self.tfds_name else split
