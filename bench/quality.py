@@ -29,7 +29,7 @@ The grid (issue 23):
 
 Each cell writes its result to bench/results/quality/CELL.json as soon as it is done, and a rerun
 skips the cells that have one: the study runs in parts, across sessions, and its small result
-files are committed, so the figures in docs/benchmarks.md trace to them. `--only` runs the cells
+files are committed, so the figures in docs/benchmarks/quality.md trace to them. `--only` runs the cells
 whose name contains any of its comma-separated parts. At the end (and with `--report`): the
 tables, the targets, and quality.png (the gap to from-scratch against pretraining minutes).
 """

@@ -81,9 +81,9 @@ def build_pipeline(
     # the text of the documents kept, once for the vocab's sample and once for tokenizing; tokens go
     # to spill files (`parts.Spill`) and only pointers reach the shuffle. A tfds split cannot be
     # read again by index: its documents are deduplicated as text, held by the runner.
-    files = cfg.format != "tfds"
-    read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=files)
-    unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=files)
+    rereadable = cfg.format != "tfds"  # files can be read again by pointer
+    read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=rereadable)
+    unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=rereadable)
 
     def by_file_of(docs, name: str = ""):  # (key, (file, index)) -> (file, [(index, key), ...])
         return (
@@ -93,7 +93,7 @@ def build_pipeline(
         )
 
     def reread(docs, name: str):  # (key, pointer) -> (key, text), read again; tfds: texts already
-        return by_file_of(docs, name) | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg)) if files else docs
+        return by_file_of(docs, name) | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg)) if rereadable else docs
 
     kept, curation_stats = unique.docs, []
     if cfg.curating:  # keys, pointers and signatures pass the shuffles here, never text
@@ -104,11 +104,11 @@ def build_pipeline(
             curation_stats.append(
                 write_removed_samples(cfg, removed, unique.docs, reread, f"{spill_root(cfgs)}/{CURATION_DIR}")
             )
-    if files:  # (file, [(index, key), ...]) of the documents kept
+    if rereadable:  # (file, [(index, key), ...]) of the documents kept
         by_file = by_file_of(kept)
 
     def documents(name: str):  # (key, text) of every document kept
-        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if files else kept
+        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if rereadable else kept
 
     if given_vocab is None:
         vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg)

@@ -127,6 +127,9 @@ class Translate(PipelineVisitor):
         # public accessor in Beam 2.77; `_view_options()` is what Beam's own runners read.
         views = [(type(view), view._view_options()) for view in node.side_inputs]
         blob = pickler.dumps((transform.fn, transform.args, transform.kwargs, views))
+        # Beam 2.77's translation gives every tag the producer's one bag (a GroupByKey after a
+        # multi-output ParDo then fails: "too many values to unpack (expected 2)"): here a tagged
+        # ParDo emits (tag, value) pairs and each PCollection selects its own tag.
         tagged = any(tag is not None for tag in node.outputs)  # with_outputs: (tag, value) pairs
         outputs = bag.map_partitions(_run_bundle, blob, node.full_label, tagged, *side)
         for tag, pcoll in node.outputs.items():
@@ -135,7 +138,8 @@ class Translate(PipelineVisitor):
     def _side_values(self, pcoll):
         """A side input as one Delayed list of its elements: computed once (one key in the graph,
         which is computed unoptimized, so no fusion renames or copies it), handed to every task
-        that reads it."""
+        that reads it. (Beam 2.77's translation hands each task the bag, which every consuming task
+        computes again inside its worker: TrainVocab would train once per consumer.)"""
         if pcoll not in self._side:
             parts = self.bags[pcoll].to_delayed(optimize_graph=False)
             self._side[pcoll] = dask.delayed(_concat, pure=True)(parts)
@@ -228,7 +232,9 @@ def _run_bundle(elements, blob: bytes, label: str, tagged: bool, *side_values) -
     invoker.invoke_start_bundle()
     for element in elements:
         invoker.invoke_process(_windowed(element))
-    invoker.invoke_finish_bundle()  # before the outputs are taken: what it emits is kept
+    # Before the outputs are taken: Beam 2.77's translation took them first, so what a DoFn emits
+    # in finish_bundle (BatchElements' last batch) was lost.
+    invoker.invoke_finish_bundle()
     invoker.invoke_teardown()
     return outputs.values if tagged else [value for _, value in outputs.values]
 

@@ -259,6 +259,7 @@ def run_cli(*args: str, env_code: str = "") -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # four command lines in fresh processes (as the other CLI cases)
 def test_one_line_errors(botchan, botchan_vocab, tmp_path):
     common = ("--input", str(botchan), "--output", str(tmp_path), "--vocab", str(botchan_vocab))
     # Without dask installed (here: made unimportable), naming the runner says how to install it.

@@ -30,11 +30,6 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module")
-def wordpiece(botchan_wordpiece) -> VocabFile:
-    return VocabFile("wordpiece", botchan_wordpiece.read_bytes(), lower_case=True)
-
-
-@pytest.fixture(scope="module")
 def batch(botchan, wordpiece) -> dict[str, np.ndarray]:
     """Real inputs: consecutive Botchan sentences as [CLS] A [SEP] B [SEP], padded to T, with
     BERT's masking; 11 rows."""

@@ -33,11 +33,6 @@ ELECTRA = Objective("electra", generator_size=1 / 3)
 
 
 @pytest.fixture(scope="module")
-def wordpiece(botchan_wordpiece) -> VocabFile:
-    return VocabFile("wordpiece", botchan_wordpiece.read_bytes(), lower_case=True)
-
-
-@pytest.fixture(scope="module")
 def rows(botchan, wordpiece) -> dict[str, np.ndarray]:
     """Real rows: Botchan sentences as [CLS] A [SEP], padded to T (lengths vary, so padding too),
     with BERT's masking and the originals."""

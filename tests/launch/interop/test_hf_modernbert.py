@@ -20,16 +20,10 @@ from launch.interop.hf_modernbert import load_hf_modernbert, modernbert_config, 
 from model.config import BertConfig
 from model.masked_lm import build_pretraining_model
 from pipeline import text
-from pipeline.vocab import VocabFile
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
 
 H, HEADS, INNER, LAYERS, WINDOW, T, P = 24, 3, 29, 4, 4, 23, 6
 TOLERANCE = 1e-4
-
-
-@pytest.fixture(scope="module")
-def wordpiece(botchan_wordpiece) -> VocabFile:
-    return VocabFile("wordpiece", botchan_wordpiece.read_bytes(), lower_case=True)
 
 
 @pytest.fixture(scope="module")
