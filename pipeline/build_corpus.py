@@ -93,7 +93,9 @@ def build_pipeline(
         )
 
     def reread(docs, name: str):  # (key, pointer) -> (key, text), read again; tfds: texts already
-        return by_file_of(docs, name) | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg)) if rereadable else docs
+        if not rereadable:
+            return docs
+        return by_file_of(docs, name) | f"Reread{name}" >> beam.ParDo(RereadDocuments(cfg))
 
     kept, curation_stats = unique.docs, []
     if cfg.curating:  # keys, pointers and signatures pass the shuffles here, never text
