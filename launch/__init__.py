@@ -1,9 +1,16 @@
 """Choosing a strategy, building the optimizer, fit/resume/export, the CLI entry points.
 
-Importing the package imports TensorFlow with its start-up lines held back: absl's "before
-InitializeLog" notice and the CUDA stubs' "no GPU here" lines, which TF_CPP_MIN_LOG_LEVEL does
-not reach (they are written before TensorFlow's logging starts, once per shared library).
-Whatever else it writes still shows. `--verbose` on any `python -m launch.*` command keeps them.
+Importing the package imports TensorFlow with its start-up lines held back. Their upstream causes,
+as TensorFlow 2.21's CPU wheel behaves (it logs through absl, from C++, straight to fd 2):
+  - absl's "WARNING: All log messages before absl::InitializeLog() is called are written to
+    STDERR": every shared library that logs before TensorFlow initialises absl says it once;
+  - the CUDA stubs compiled into the CPU wheel (`cudart_stub`, `cuda_platform`: "failed call to
+    cuInit", `cuda_dnn`/`cuda_blas`/`cuda_fft` factory registrations) on a machine with no GPU;
+  - `cpu_feature_guard`'s and oneDNN's notices about how the wheel was built.
+TF_CPP_MIN_LOG_LEVEL (set to 2 here) does not reach them: they are written while the libraries
+load, before TensorFlow reads it, and some are ERROR lines. So the import runs with fd 2 held in a
+file and every line but these is replayed. `--verbose` on any `python -m launch.*` command keeps
+them all.
 """
 
 import importlib.util
@@ -14,7 +21,8 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# Start-up lines about hardware this machine does not have, and absl's preamble.
+# Start-up lines about hardware this machine does not have, how the wheel was built, and absl's
+# preamble (the module docstring names each one's source).
 START_UP_NOISE = re.compile(
     r"absl::InitializeLog|cudart_stub|cuda_platform|cuda_dnn|cuda_blas|cuda_fft|cuInit|"
     r"computation_placer|oneDNN custom operations|cpu_feature_guard|TF-TRT Warning"

@@ -43,7 +43,6 @@ HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or M
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointFormat:
-    name: str  # how messages name it
     config_file: str  # the model's shape, in the folder beside the weights
     read_config: Callable[[str], BertConfig]  # that file -> the model's shape
     # The weights at a location (a folder or checkpoint prefix) into a model built for them;
@@ -90,24 +89,24 @@ def _save_google(model, bert, vocab_file, objective, folder) -> str:
     return f" to {folder}"
 
 
-BERTBEAM = CheckpointFormat(
-    "bertbeam", "bert_config.json", _read_ours, lambda model, path: read_weights(model, path, partial=True)
+BERTBEAM = CheckpointFormat(  # a bertbeam run's model_dir, checkpoints folder or checkpoint
+    "bert_config.json", _read_ours, lambda model, path: read_weights(model, path, partial=True)
 )
 GOOGLE = CheckpointFormat(
-    "google-research/bert", "bert_config.json", google_bert_config, _load_google,
+    "bert_config.json", google_bert_config, _load_google,
     export="google", holds="bert_model.ckpt", save=_save_google,
 )  # fmt: skip
 HF_BERT = CheckpointFormat(
-    "Hugging Face BERT", "config.json", hf_bert_config, load_hf_checkpoint,
+    "config.json", hf_bert_config, load_hf_checkpoint,
     export="hf", model_type="bert", holds="BertForMaskedLM", save=_save_hf,
 )  # fmt: skip
 HF_ELECTRA = CheckpointFormat(
-    "Hugging Face ELECTRA", "config.json", hf_bert_config, load_hf_electra,
+    "config.json", hf_bert_config, load_hf_electra,
     export="hf", model_type="electra", objective="electra",
     holds="ElectraForPreTraining and ElectraForMaskedLM", save=_save_hf_electra,
 )  # fmt: skip
 HF_MODERNBERT = CheckpointFormat(
-    "Hugging Face ModernBERT", "config.json", modernbert_config, load_hf_modernbert,
+    "config.json", modernbert_config, load_hf_modernbert,
     export="hf", model_type="modernbert", architecture="modernbert",
     holds="ModernBertForMaskedLM", save=_save_hf_modernbert,
 )  # fmt: skip
