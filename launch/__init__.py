@@ -6,7 +6,8 @@ as TensorFlow 2.21's CPU wheel behaves (it logs through absl, from C++, straight
     STDERR": every shared library that logs before TensorFlow initialises absl says it once;
   - the CUDA stubs compiled into the CPU wheel (`cudart_stub`, `cuda_platform`: "failed call to
     cuInit", `cuda_dnn`/`cuda_blas`/`cuda_fft` factory registrations) on a machine with no GPU;
-  - `cpu_feature_guard`'s and oneDNN's notices about how the wheel was built.
+  - `cpu_feature_guard`'s and oneDNN's notices about how the wheel was built, TF-TRT's "Could not
+    find TensorRT", and XLA's `computation_placer` registering its placer a second time.
 TF_CPP_MIN_LOG_LEVEL (set to 2 here) does not reach them: they are written while the libraries
 load, before TensorFlow reads it, and some are ERROR lines. So the import runs with fd 2 held in a
 file and every line but these is replayed. `--verbose` on any `python -m launch.*` command keeps
