@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as, restore
@@ -23,6 +21,7 @@ from pipeline.schema import read_manifest
 from tests.launch.interop.test_hf_bert import load_quietly
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
 from tests.launch.test_pretrain import run_config
+from tests.lazy import torch, transformers
 
 pytestmark = pytest.mark.slow  # trains end to end
 

@@ -8,9 +8,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import torch
-from transformers.masking_utils import sliding_window_bidirectional_overlay
-from transformers.models.modernbert import modeling_modernbert
 
 from model.config import PRESETS, BertConfig
 from model.encoder import encoder_from
@@ -129,6 +126,8 @@ def test_layer_kinds_follow_global_attn_every_n_layers():
 @pytest.mark.parametrize("window", [4, 5, 6, 128])
 def test_the_band_is_transformers_sliding_window_mask(window):
     """ModernBertConfig.sliding_window is local_attention // 2; transformers' overlay is the mask."""
+    from transformers.masking_utils import sliding_window_bidirectional_overlay
+
     theirs = sliding_window_bidirectional_overlay(window // 2)
     expected = np.array([[theirs(0, 0, q, k) for k in range(T)] for q in range(T)])
     np.testing.assert_array_equal(band(T, window), expected)
@@ -155,6 +154,9 @@ def test_chunked_local_attention_equals_the_full_scores_under_the_band(seq_len, 
 
 @pytest.mark.parametrize("kind, theta", [("full_attention", 160_000.0), ("sliding_attention", 10_000.0)])
 def test_rope_is_transformers_at_both_bases(kind, theta):
+    import torch
+    from transformers.models.modernbert import modeling_modernbert
+
     hf_config = modeling_modernbert.ModernBertConfig(
         hidden_size=24, num_attention_heads=3, num_hidden_layers=3
     )

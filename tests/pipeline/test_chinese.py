@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import transformers
 
 from pipeline import build_corpus, text
 from pipeline.keys import content_key, split_of
@@ -22,6 +21,7 @@ from pipeline.reader.dynamic_masking import DynamicMasking
 from pipeline.schema import read_manifest
 from tests.conftest import build, read_records, unmasked
 from tests.corpus_checks import expected_documents
+from tests.lazy import transformers
 from tests.pipeline.segmenters import pairs
 from tests.pipeline.test_google_compat import run_pretraining_input
 

@@ -92,6 +92,7 @@ def test_read_manifest_errors_name_the_folder(tmp_path):
         Manifest.from_json("{}")
 
 
+@pytest.mark.slow  # trains a model end to end
 def test_a_version_1_corpus_still_reads_and_trains(small_corpus, tmp_path):
     """Corpora from before word_starts (schema 1: no segmenter, no encodings) stay readable."""
     import shutil

@@ -64,6 +64,7 @@ def test_bad_tokenizer_files_are_one_line_errors(botchan_bpe, tmp_path):
     assert kind_of("ModernBERT-base/tokenizer.json") == "tokenizer"
 
 
+@pytest.mark.slow  # builds a corpus end to end
 def test_a_corpus_built_with_it_holds_every_document_in_whole_words(python_docs, botchan_bpe, tmp_path):
     files = sorted((python_docs / "library").glob("b*.rst.txt"))
     out = tmp_path / "bpe"

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from launch.interop.hf_bert import hf_bert_config, load_hf_checkpoint, save_hf
 from launch.interop.hf_folder import HFCheckpointError
@@ -24,6 +22,7 @@ from model.masked_lm import build_pretraining_model
 from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile
+from tests.lazy import torch, transformers
 
 H, HEADS, INNER, LAYERS, MAXPOS, T, P = 12, 3, 29, 2, 40, 33, 5
 TOLERANCE = 1e-4

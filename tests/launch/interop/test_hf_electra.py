@@ -13,8 +13,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from launch.interop.formats import read_bert_config, warm_start
 from launch.interop.hf_electra import load_hf_electra, save_hf_electra
@@ -26,6 +24,7 @@ from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
+from tests.lazy import torch, transformers
 
 H, HEADS, INNER, LAYERS, MAXPOS, T, P = 12, 3, 29, 2, 40, 33, 5
 TOLERANCE = 1e-4

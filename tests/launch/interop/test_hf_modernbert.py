@@ -11,8 +11,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import torch
-import transformers
 
 from launch.interop.formats import read_bert_config, warm_start
 from launch.interop.hf_folder import HFCheckpointError
@@ -21,6 +19,7 @@ from model.config import BertConfig
 from model.masked_lm import build_pretraining_model
 from pipeline import text
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
+from tests.lazy import torch, transformers
 
 H, HEADS, INNER, LAYERS, WINDOW, T, P = 24, 3, 29, 4, 4, 23, 6
 TOLERANCE = 1e-4
@@ -140,7 +139,9 @@ def test_the_window_and_the_rope_base_matter_at_this_tolerance(wordpiece, batch,
         assert real_difference(ours, hf_logits(hf_model, batch), batch) > 10 * TOLERANCE, change
 
 
-def random_hf_model(vocab_size: int, seed: int, cls=transformers.ModernBertForMaskedLM):
+def random_hf_model(vocab_size: int, seed: int, cls=None):
+    """A transformers ModernBERT (`cls`, default ModernBertForMaskedLM) with random weights."""
+    cls = cls or transformers.ModernBertForMaskedLM
     torch.manual_seed(seed)
     config = transformers.ModernBertConfig(
         vocab_size=vocab_size,
