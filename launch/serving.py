@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import keras
 import tensorflow as tf
 
-from launch.tasks.text_encoder import TextEncoder
 from model.encoder import TASK_INPUTS
+
+if TYPE_CHECKING:  # tensorflow-text loads only where a task is served, not with every export
+    from launch.tasks.text_encoder import TextEncoder
 
 
 def save_keras(model: keras.Model, path: str) -> keras.Model:
