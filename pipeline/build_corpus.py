@@ -338,7 +338,7 @@ def _build_and_report(argv: list[str] | None) -> None:
     build(cfgs, options)
     if not is_dry_run(options):
         for cfg in cfgs:
-            print(summary(schema.read_manifest(cfg.output_dir)))
+            print(summary(schema.read_built_manifest(cfg.output_dir)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -301,6 +301,16 @@ def read_manifest(folder: str) -> Manifest:
         return Manifest.from_json(f.read(), folder)
 
 
+def read_built_manifest(folder: str) -> Manifest:
+    """`folder`'s manifest read as the builder reads files, through Beam's filesystems
+    (`pipeline/files.py`): the build and its report never import TensorFlow, whose import takes
+    seconds and prints its start-up lines. Readers that train or evaluate use `read_manifest`."""
+    from pipeline import files
+
+    folder = folder.rstrip("/")
+    return Manifest.from_json(files.read_file(f"{folder}/{MANIFEST_NAME}").decode("utf-8"), folder)
+
+
 def corpus_lengths(folder: str) -> list[int]:
     """The lengths a multi-length build (`--seq_len 128,512`) wrote under `folder`, from its
     seq{N}/manifest.json files, ascending; [] for any other folder."""

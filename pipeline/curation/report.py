@@ -29,7 +29,7 @@ def find_manifest(output: str) -> schema.Manifest:
         raise schema.ManifestError(
             f"{output}: no {schema.MANIFEST_NAME} here or in seq*/; build the corpus first"
         )
-    return schema.Manifest.from_json(files.read_file(found[0]).decode("utf-8"), found[0].rsplit("/", 1)[0])
+    return schema.read_built_manifest(found[0].rsplit("/", 1)[0])
 
 
 def _share(part: int, whole: int) -> str:
