@@ -54,9 +54,9 @@ def save_encoder(encoder: keras.Model, path: str) -> None:
     pooled_output (B, H), float32. Each row is taken as one document: document_ids = input_mask,
     so real tokens attend to real tokens."""
 
-    def serve(input_ids, input_mask, segment_ids):
-        inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
-        outputs = encoder({**inputs, "document_ids": input_mask}, training=False)
+    def serve(*ids):
+        inputs = dict(zip(TASK_INPUTS, ids, strict=True))
+        outputs = encoder({**inputs, "document_ids": inputs["input_mask"]}, training=False)
         return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
 
     write_saved_model(
@@ -72,9 +72,10 @@ def save_task(model: keras.Model, text_encoder: TextEncoder, predict: Callable[[
     "serving_default" takes the model inputs instead, which `tokenizers` with the vocab beside it
     gives."""
     if not text_encoder.graph_tokenizer:
-        serve = lambda ids, mask, segments: predict(  # noqa: E731
-            {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
-        )
+
+        def serve(*ids):
+            return predict(dict(zip(TASK_INPUTS, ids, strict=True)))
+
         write_saved_model(path, [model], {"serving_default": (serve, id_specs(text_encoder.seq_len))})
         print(f"note: {path} takes input_ids, input_mask, segment_ids: tensorflow-text has no byte-level "
               "BPE to run a tokenizer.json inside it", file=sys.stderr)  # fmt: skip

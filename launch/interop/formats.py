@@ -131,10 +131,14 @@ def locate(source: str) -> tuple[CheckpointFormat, str]:
     source = source.rstrip("/")
     if source.startswith(HF_PREFIX):
         folder = source.removeprefix(HF_PREFIX)
-        model_type = hf_model_type(folder)
-        return next((f for f in FORMATS if f.model_type == model_type), HF_BERT), folder
+        return _hf_format(hf_model_type(folder)), folder
     path = _checkpoint_path(source)
     return (GOOGLE if is_google_checkpoint(path) else BERTBEAM), path
+
+
+def _hf_format(model_type: str | None) -> CheckpointFormat:
+    """The Hugging Face row of a config.json's model_type (BERT's when unsaid or unknown)."""
+    return next((f for f in FORMATS if f.model_type == model_type), HF_BERT)
 
 
 def _checkpoint_path(source: str) -> str:
@@ -183,7 +187,7 @@ def read_bert_config(path: str) -> BertConfig:
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if is_hf_config(raw):
-        fmt = next((f for f in FORMATS if f.model_type == raw.get("model_type")), HF_BERT)
+        fmt = _hf_format(raw.get("model_type"))
     else:
         fmt = GOOGLE if "num_hidden_layers" in raw else BERTBEAM
     try:
