@@ -94,6 +94,10 @@ class TrainConfig:
     init_checkpoint: str | None = field(
         None, "warm start, weights only: a model_dir, checkpoint, Google BERT, or hf:DIR (Hugging Face)"
     )
+    head_warmup_steps: int = field(
+        0, "with --init_checkpoint: the first N updates train only the weights that start fresh (the "
+        "heads a release lacks), then everything trains; a multiple of --log_every",
+    )  # fmt: skip
     peak_tflops: float | None = field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = field(True, "write model_dir/export/ at the end")
     trace_batches: bool = field(False, "debugging: a digest of every batch read, in model_dir/trace/")
@@ -121,6 +125,14 @@ class TrainConfig:
             "--global_batch_size: expected >= 1",
         )
         need(self.warmup_steps >= 0, f"--warmup_steps: expected >= 0, found {self.warmup_steps}")
+        if self.head_warmup_steps:
+            steps = self.head_warmup_steps
+            need(bool(self.init_checkpoint), "--head_warmup_steps needs --init_checkpoint (a release)")
+            need(
+                0 < steps < self.train_steps and steps % self.log_every == 0,
+                f"--head_warmup_steps {self.head_warmup_steps}: expected a multiple of --log_every "
+                f"{self.log_every} below --train_steps {self.train_steps}",
+            )
         need(self.eval_steps >= 0, f"--eval_steps: expected >= 0, found {self.eval_steps}")
         need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
         need(

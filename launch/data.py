@@ -222,10 +222,33 @@ class Phase:
     start: int
     end: int
     global_batch_size: int | None = None  # --phase_batch_sizes; None: the run's
+    head_only: bool = False  # --head_warmup_steps: only the weights that started fresh train
+    # The update at which the phase's data stream starts: its own start, or where the phase it was
+    # split from started (the head warm-up's end does not restart the data).
+    stream_start: int | None = None
 
     @property
     def steps(self) -> int:
         return self.end - self.start
+
+    @property
+    def first_streamed(self) -> int:
+        return self.start if self.stream_start is None else self.stream_start
+
+
+def split_head_warmup(phases: list[Phase], steps: int) -> list[Phase]:
+    """`phases` with updates [0, steps) head-only (`--head_warmup_steps`): the phase that holds
+    `steps` is cut there, its second part reading on in the same data stream."""
+    if not steps:
+        return phases
+    result = []
+    for phase in phases:
+        if phase.start < steps < phase.end:
+            result.append(dataclasses.replace(phase, end=steps, head_only=True))
+            result.append(dataclasses.replace(phase, start=steps, stream_start=phase.first_streamed))
+        else:
+            result.append(dataclasses.replace(phase, head_only=phase.end <= steps))
+    return result
 
 
 def parse_phases(phases: str | None, batch_sizes: str | None, train_steps: int, interval: int) -> list[Phase]:

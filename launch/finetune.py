@@ -47,8 +47,7 @@ import tensorflow as tf
 from common.cli import Parser, add_arguments, first_paragraph, run_cli
 from common.errors import ConfigError
 from launch.checkpoints import CheckpointError, layers_of
-from launch.interop.formats import HF_PREFIX, load_weights, locate, read_bert_config
-from launch.interop.hf_tokenizer import ReleaseVocabError, release_vocab
+from launch.interop.formats import HF_PREFIX, config_beside, load_weights, locate, read_bert_config
 from launch.optimizer import build_optimizer, layer_decay_multipliers
 from launch.run_dir import RunDir
 from launch.serving import save_keras, save_task
@@ -61,7 +60,8 @@ from model.config import BertConfig
 from model.encoder import build_encoder
 from model.tasks.classifier import build_classifier, default_pooling
 from pipeline.files import write_atomically
-from pipeline.vocab import VocabFile
+from pipeline.release import read_release
+from pipeline.vocab import VocabError, VocabFile
 
 CLASSIFIER = "classifier.keras"
 SERVING = "serving"
@@ -94,14 +94,15 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
         objective = run.read_config().objective
         return Pretrained(run.read_bert_config(), VocabFile.of_corpus(manifest), path, objective)
     source = config.init_checkpoint.rstrip("/")
-    folder = source.removeprefix(HF_PREFIX)
     try:
-        fmt, _ = locate(source)
-        bert_config = config.bert_config or f"{folder}/{fmt.config_file}"
-        if not tf.io.gfile.exists(bert_config):
-            raise FinetuneError(f"no {bert_config}; pass --bert_config FILE")
-        vocab_file = release_vocab(folder, config.lower_case, hf=fmt.model_type is not None)
-    except (CheckpointError, FinetuneError, ReleaseVocabError) as e:
+        fmt, location = locate(source)
+        bert_config = config.bert_config or config_beside(source)
+        if bert_config is None:
+            raise FinetuneError(f"no {fmt.config_file} beside the weights; pass --bert_config FILE")
+        lower_case = {"auto": None, "true": True, "false": False}[config.lower_case]
+        folder = location if source.startswith(HF_PREFIX) else location.rsplit("/", 1)[0]
+        vocab_file = read_release(folder, lower_case).vocab_file
+    except (CheckpointError, FinetuneError, VocabError) as e:
         raise FinetuneError(f"--init_checkpoint {source}: {e}") from None
     return Pretrained(read_bert_config(bert_config), vocab_file, source, fmt.objective)
 

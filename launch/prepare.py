@@ -13,11 +13,11 @@ import keras
 import tensorflow as tf
 
 from common.errors import BertbeamError
-from launch.checkpoints import Checkpoints
+from launch.checkpoints import CheckpointError, Checkpoints
 from launch.config import TrainConfig
-from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, resolve
+from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, resolve, split_head_warmup
 from launch.inputs import dynamic_masking
-from launch.interop.formats import read_bert_config
+from launch.interop.formats import config_beside, read_bert_config
 from launch.run_dir import RunDir
 from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy
 from model.config import BertConfig
@@ -50,6 +50,7 @@ class Stage:
             "steps": [self.phase.start, self.phase.end],
             "global_batch_size": self.global_batch,
             "corpora": self.corpora.describe(examples),
+            **({"head_only": True} if self.phase.head_only else {}),
         }
 
 
@@ -106,6 +107,7 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
     try:
         sources = parse_sources(config.data)
         phases = parse_phases(config.phases, config.phase_batch_sizes, config.train_steps, config.log_every)
+        phases = split_head_warmup(phases, config.head_warmup_steps)
     except DataError as e:
         raise TrainError(str(e)) from None
     paths = {"data": sources[0].path} if len(sources) == 1 else {f"data {s.name}=": s.path for s in sources}
@@ -182,14 +184,29 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
                 "phase needs corpora built with the same vocab and --mode"
             )
     vocab_size = first.vocab.size
-    if config.bert_config:
-        bert = read_bert_config(config.bert_config)
+    bert_config = config.bert_config
+    if not bert_config and config.init_checkpoint:  # a release's shape is the release's own
+        try:
+            bert_config = config_beside(config.init_checkpoint)
+        except CheckpointError as e:
+            raise TrainError(f"--init_checkpoint {e}") from None
+        if bert_config:
+            print(f"model: the shape of {config.init_checkpoint}, from {bert_config}", flush=True)
+    if bert_config:
+        bert = read_bert_config(bert_config)
         # A release may have more embedding rows than its tokenizer has tokens (ModernBERT pads
         # 50,285 to 50,368, a multiple of 64): warm-started from it, the corpus uses a prefix.
         padded_release = config.init_checkpoint and bert.vocab_size > vocab_size
-        if bert.vocab_size != vocab_size and not padded_release:
+        # A vocab extended from the release's (--extend_vocab): the model grows to it, each new row
+        # the mean of its pieces' rows (launch/interop/grow.py).
+        release = first.vocab.release
+        if config.init_checkpoint and release.get("base_size") == bert.vocab_size < vocab_size:
+            print(f"model: {bert.vocab_size} token rows grow to {vocab_size} for the tokens the corpus added "
+                  f"to {release['name']}'s vocab", flush=True)  # fmt: skip
+            bert = dataclasses.replace(bert, vocab_size=vocab_size)
+        elif bert.vocab_size != vocab_size and not padded_release:
             raise TrainError(
-                f"--bert_config {config.bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
+                f"--bert_config {bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
                 f"{vocab_size}; set vocab_size to {vocab_size} or rebuild the corpus"
             )
         if padded_release:

@@ -30,6 +30,7 @@ HISTORY = "history.jsonl"  # a row per log interval
 EVAL = "eval.json"  # the final evaluation on the whole validation split
 SUMMARY = "summary.json"
 LOSS_PLOT = "loss.png"
+WARM_START = "warm_start.json"  # --init_checkpoint: the source, and the weights it had none for
 
 
 class RunDirError(BertbeamError):
@@ -77,6 +78,10 @@ class RunDir:
         if tf.io.gfile.exists(f"{self.corpus}/{MANIFEST_NAME}"):
             return read_manifest(self.corpus)
         return read_manifest(self.read_config().data)
+
+    def read(self, name: str) -> str:
+        with tf.io.gfile.GFile(self.file(name)) as f:
+            return f.read()
 
     def write(self, name: str, text: str) -> None:
         write_atomically(self.file(name), text)

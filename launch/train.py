@@ -29,25 +29,28 @@ handed to it; a seekable stream is what keeps the data position exact.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import sys
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from launch.checkpoints import Checkpoints, out_of_space_is_one_line
+from launch.checkpoints import Checkpoints, layers_of, out_of_space_is_one_line
 from launch.config import TrainConfig
 from launch.export import export
 from launch.inputs import train_inputs, validation_dataset
 from launch.interop.formats import warm_start
+from launch.interop.grow import grow_into
 from launch.logs import EpochLog, History, figures, plot_loss, read_history
 from launch.mfu import detect_peak_tflops
 from launch.models import model_io, pretraining_model
 from launch.optimizer import build_optimizer
 from launch.prepare import Run, Stage, TrainError, prepare
-from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY
+from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, WARM_START
 from pipeline.reader.shards import naming_bad_shards
 from pipeline.schema import Manifest
 
@@ -156,9 +159,57 @@ def build(run: Run, stage: Stage | None = None) -> int:
         )
         step = run.checkpoints.restore()
         if step == 0 and config.init_checkpoint:
-            warm_start(run.model, config.init_checkpoint)
+            fresh = start_from_release(run, stage)
+            run.write_dir.write_json(WARM_START, {"source": config.init_checkpoint, "fresh": fresh})
+        if config.head_warmup_steps:
+            train_fresh_only(run, stage)
     run.write_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
     return step
+
+
+def start_from_release(run: Run, stage: Stage) -> list[str]:
+    """--init_checkpoint's weights into the new run's model (`warm_start`); returns the paths of
+    the weights it had none for. A corpus whose vocab extends the release's: the release goes into
+    a model of its own vocab size first, then every weight is copied over, the token rows grown
+    (`interop/grow.py`)."""
+    config, manifest = run.config, stage.manifest
+    release = manifest.vocab.release
+    if not release.get("added"):
+        return warm_start(run.model, config.init_checkpoint)
+    source = run.model
+    if release["base_size"] != run.bert.vocab_size:  # tokens appended: a model at the release's size
+        at_release = dataclasses.replace(run.bert, vocab_size=release["base_size"])
+        source = pretraining_model(config.pretraining_objective, at_release, manifest, seed=config.seed)
+    fresh = warm_start(source, config.init_checkpoint)
+    grown = grow_into(run.model, source, release["added"])
+    print(f"vocab extension: {len(release['added'])} new tokens' rows in {', '.join(grown)} start as the "
+          "mean of their pieces' rows in the release", flush=True)  # fmt: skip
+    return fresh
+
+
+def train_fresh_only(run: Run, stage: Stage) -> None:
+    """--head_warmup_steps: in the head-only phase, every weight the warm start filled is frozen
+    (the optimizer was built with all of them, so its slots and checkpoints are the same in both
+    phases); the count that trains is logged in each phase."""
+    trainable = run.model.trainable_variables
+    total = sum(int(np.prod(v.shape)) for v in trainable)
+    phase = stage.phase
+    if not phase.head_only:
+        print(f"steps {phase.start}-{phase.end}: all {len(trainable)} weights train ({total:,} parameters)",
+              flush=True)  # fmt: skip
+        return
+    fresh = set(json.loads(run.run_dir.read(WARM_START))["fresh"])
+    training = [v for v in trainable if v.path in fresh]
+    if not training:
+        source = run.config.init_checkpoint
+        print(f"head warm-up: {source} had every weight, none is fresh; all train from step 0", flush=True)
+        return
+    for variable in trainable:
+        variable.trainable = variable.path in fresh
+    kept = sum(int(np.prod(v.shape)) for v in training)
+    print(f"head warm-up, steps {phase.start}-{phase.end}: {len(training)} of {len(trainable)} weights train "
+          f"({kept:,} of {total:,} parameters), those that started fresh: "
+          f"{', '.join(layers_of([v.path for v in training]))}", flush=True)  # fmt: skip
 
 
 def check_resume_point(config: TrainConfig, step: int) -> None:
@@ -186,9 +237,9 @@ def fit(run: Run, stage: Stage, step: int) -> None:
         stage.corpora,
         run.strategy,
         stage.per_replica_batch,
-        (step - phase.start) * accum,
-        first_batch_of_phase=phase.start * accum,
-        batches_in_phase=phase.steps * accum,
+        (step - phase.first_streamed) * accum,
+        first_batch_of_phase=phase.first_streamed * accum,
+        batches_in_phase=(phase.end - phase.first_streamed) * accum,
         model_io=io,
     )
     evaluating = any(stage.eval_batches)

@@ -25,6 +25,8 @@ records), so no step holds the corpus: peak memory is the same at 1x and 8x.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import sys
@@ -42,6 +44,7 @@ from pipeline.curation.curate import CurateDocuments, DropRemoved
 from pipeline.curation.quality import Thresholds
 from pipeline.curation.samples import CURATION_DIR, write_removed_samples
 from pipeline.parts import remove_tmp, spill_dir
+from pipeline.release import is_release_folder, read_release
 from pipeline.runners.options import (
     is_dry_run,
     pipeline_options,
@@ -114,6 +117,8 @@ def build_pipeline(
 
     if given_vocab is None:
         vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg)
+    elif cfg.extend_vocab:
+        vocab = documents("RereadForVocab") | "ExtendVocab" >> TrainVocab(cfg, base=given_vocab)
     else:
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])
     vocab_si = beam.pvalue.AsSingleton(vocab)
@@ -221,9 +226,18 @@ def check_quality_thresholds(cfg: CorpusConfig) -> None:
 
 def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
     """The given --vocab, checked before the pipeline starts: a sentencepiece .model, Google
-    BERT's WordPiece vocab.txt, or a Hugging Face tokenizer.json (ModernBERT's BPE)."""
+    BERT's WordPiece vocab.txt, a Hugging Face tokenizer.json (ModernBERT's BPE), or a released
+    model's folder (`pipeline/release.py`: its vocab, lower-casing and special tokens)."""
     if cfg.vocab is None:
         return None
+    if is_release_folder(cfg.vocab):
+        release = read_release(cfg.vocab, True if cfg.do_lower_case else None)
+        vocab_file = release.vocab_file
+        sha256 = hashlib.sha256(vocab_file.data).hexdigest()
+        origin = {"name": release.name, "folder": cfg.vocab, "sha256": sha256}
+        log.info("vocab of the release %s: %s (%s, lower case: %s)", release.name, release.vocab_path,
+                 vocab_file.kind, vocab_file.lower_case)  # fmt: skip
+        return dataclasses.replace(vocab_file, release=origin)
     kind = kind_of(cfg.vocab)
     try:
         with FileSystems.open(cfg.vocab, compression_type=CompressionTypes.UNCOMPRESSED) as f:

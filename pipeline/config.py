@@ -71,7 +71,14 @@ class CorpusConfig:
         "Hugging Face tokenizer.json (ModernBERT's BPE)",
     )
     do_lower_case: bool = field(
-        False, "WordPiece (given vocab.txt or --vocab_model_type wordpiece): lower-case and strip accents"
+        False,
+        "WordPiece (given vocab.txt or --vocab_model_type wordpiece): lower-case and strip accents "
+        "(a release folder's tokenizer_config.json says so itself)",
+    )
+    extend_vocab: int = field(
+        0,
+        "with --vocab (a WordPiece vocab.txt or release folder): add up to N tokens learned from this "
+        "text, into its [unusedN] slots first, then appended (WoBERT's vocab extension)",
     )
     vocab_size: int | None = field(None, "instead of --vocab: train a vocab of this size")
     vocab_model_type: Literal["unigram", "bpe", "wordpiece"] = field(
@@ -175,8 +182,15 @@ class CorpusConfig:
             (self.vocab is None) != (self.vocab_size is None),
             "give exactly one of --vocab PATH (.model, WordPiece .txt or tokenizer.json) or --vocab_size N",
         )
-        wordpiece = (self.vocab or "").endswith(".txt") or (
-            self.vocab is None and self.vocab_model_type == "wordpiece"
+        wordpiece = (
+            not (self.vocab or "").endswith((".model", ".json"))
+            if self.vocab
+            else (self.vocab_model_type == "wordpiece")
+        )
+        need(self.extend_vocab >= 0, f"--extend_vocab: expected >= 0, found {self.extend_vocab}")
+        need(
+            not self.extend_vocab or (self.vocab and wordpiece),
+            "--extend_vocab extends a given WordPiece vocab: pass --vocab vocab.txt or a release folder",
         )
         need(
             not self.do_lower_case or wordpiece,

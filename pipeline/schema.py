@@ -118,6 +118,9 @@ class VocabInfo:
     trained: bool  # trained by this build (else given with --vocab)
     kind: str = "sentencepiece"  # or "wordpiece", "tokenizer" (corpora from before WordPiece have no kind)
     lower_case: bool = False  # wordpiece: lower-cased and accent-stripped before tokenizing
+    # --vocab RELEASE_DIR: {name, folder, sha256 of the release's vocab}; with --extend_vocab also
+    # base_size and added: [{id, token, pieces}], each new token's ids in the release's vocab.
+    release: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +191,8 @@ class Manifest:
     def to_json(self) -> str:
         raw = dataclasses.asdict(self)
         del raw["folder"]
+        if not raw["vocab"]["release"]:  # a manifest without a release reads as before the field
+            del raw["vocab"]["release"]
         return json.dumps(raw, indent=2, sort_keys=True) + "\n"
 
     @classmethod
@@ -260,7 +265,8 @@ def _typed(cls, fields: _Fields, prefix: str = "", **given):
         if f.name in given:
             continue
         path = f"{prefix}.{f.name}" if prefix else f.name
-        if f.default is not dataclasses.MISSING and not fields.has(path):
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if has_default and not fields.has(path):
             continue
         values[f.name] = fields.get(path, typing.get_origin(hints[f.name]) or hints[f.name])
     return cls(**values)

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import io
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -408,6 +408,8 @@ class VocabFile:
     kind: Literal["sentencepiece", "wordpiece", "tokenizer"]
     data: bytes
     lower_case: bool = False  # wordpiece only
+    # A release's vocab (`--vocab RELEASE_DIR`): its name, base sha256 and any tokens added to it.
+    release: Mapping[str, object] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def file_name(self) -> str:
@@ -437,7 +439,7 @@ class VocabFile:
                 f"{path}: sha256 {found[:12]}..., the manifest says {info.sha256[:12]}...; "
                 "the shards were tokenized with another vocab, rebuild the corpus"
             )
-        return cls(info.kind, data, info.lower_case)
+        return cls(info.kind, data, info.lower_case, dict(info.release))
 
 
 def kind_of(path: str) -> str:

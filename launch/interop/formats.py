@@ -2,6 +2,7 @@
 model's shape, export, and the encoder a fine-tune starts from.
 
     warm_start(model, "hf:bert-base-uncased")     # --init_checkpoint: any format in, fresh layers listed
+    config_beside("hf:all-MiniLM-L6-v2")          # its config.json (a sentence-transformers folder too)
     read_bert_config("release/config.json")       # ours, Google's or Hugging Face's config file
     exporter("hf", bert, objective).save(...)     # launch.export --format hf
     locate("uncased_L-12_H-768_A-12")             # (GOOGLE, "uncased_L-12_H-768_A-12/bert_model.ckpt")
@@ -35,8 +36,10 @@ from launch.interop.hf_folder import HFCheckpointError, hf_model_type, is_hf_con
 from launch.interop.hf_modernbert import load_hf_modernbert, modernbert_config, save_hf_modernbert
 from model.config import BertConfig
 from model.electra import generator_config
+from model.encoder import weights_by_path
 from model.pretraining import Objective
-from pipeline.vocab import VocabFile
+from pipeline.release import model_folder
+from pipeline.vocab import VocabError, VocabFile
 
 HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or ModernBERT folder
 
@@ -130,10 +133,24 @@ def locate(source: str) -> tuple[CheckpointFormat, str]:
     bert_model.ckpt prefix), or a bertbeam run's model_dir, checkpoints folder or checkpoint."""
     source = source.rstrip("/")
     if source.startswith(HF_PREFIX):
-        folder = source.removeprefix(HF_PREFIX)
+        try:  # a sentence-transformers folder: the model is in the module its modules.json names
+            folder = model_folder(source.removeprefix(HF_PREFIX))
+        except VocabError as e:
+            raise CheckpointError(str(e)) from None
         return _hf_format(hf_model_type(folder)), folder
     path = _checkpoint_path(source)
     return (GOOGLE if is_google_checkpoint(path) else BERTBEAM), path
+
+
+def config_beside(source: str) -> str | None:
+    """The model's config file that ships with the weights of `source` (an HF folder's
+    config.json, a Google release's or a bertbeam run's bert_config.json); None if there is none."""
+    fmt, location = locate(source.rstrip("/"))
+    folders = [location] if source.startswith(HF_PREFIX) else [location.rsplit("/", 1)[0]]
+    if fmt is BERTBEAM:  # model_dir/checkpoints/ckpt-N: the run's bert_config.json is two up
+        folders.append(folders[0].rsplit("/", 1)[0])
+    paths = [f"{folder}/{fmt.config_file}" for folder in folders]
+    return next((path for path in paths if tf.io.gfile.exists(path)), None)
 
 
 def _hf_format(model_type: str | None) -> CheckpointFormat:
@@ -158,23 +175,34 @@ def load_weights(model: keras.Model, source: str) -> list[str]:
     """Weights only (no optimizer state, no step) from `source` in any format (`locate`) into
     `model`; returns the layers the source has no weights for, which keep their fresh values (a
     head, a pooler, ELECTRA's generator). A source that does not fit is a `CheckpointError`."""
+    return layers_of(_load(model, source))
+
+
+def _load(model: keras.Model, source: str) -> list[str]:
     fmt, location = locate(source)
     try:
-        return layers_of(fmt.load(model, location))
+        return fmt.load(model, location)
     except (GoogleCheckpointError, HFCheckpointError) as e:
         raise CheckpointError(str(e)) from None
 
 
 def warm_start(model: keras.Model, source: str) -> list[str]:
-    """`load_weights` for --init_checkpoint: errors name the flag, and what starts fresh is printed."""
+    """`load_weights` for --init_checkpoint: errors name the flag, and what starts fresh is printed
+    once, each layer with its weights' shapes. Returns the paths of the weights left fresh."""
     source = source.rstrip("/")
     try:
-        layers = load_weights(model, source)
+        fresh = _load(model, source)
     except CheckpointError as e:
         raise CheckpointError(f"--init_checkpoint {e}") from None
-    if layers:
-        print(f"warm start: {source} has no weights for {', '.join(layers)}; those start fresh", flush=True)
-    return layers
+    weights = weights_by_path(model)
+    shapes = {layer: [] for layer in layers_of(fresh)}
+    for path in fresh:
+        if weights[path].trainable:  # not a dropout's random state
+            shapes[path.split("/", 1)[0]].append("x".join(map(str, weights[path].shape)) or "scalar")
+    listed = [f"{layer} ({', '.join(found)})" for layer, found in shapes.items() if found]
+    if listed:
+        print(f"warm start: {source} has no weights for {', '.join(listed)}; those start fresh", flush=True)
+    return fresh
 
 
 def read_bert_config(path: str) -> BertConfig:

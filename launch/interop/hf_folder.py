@@ -23,6 +23,7 @@ from model.encoder import weights_by_path
 from pipeline.vocab import VocabFile
 
 WEIGHTS = "model.safetensors"
+TORCH_WEIGHTS = "pytorch_model.bin"  # older releases: a pickle, read only by torch
 CONFIG = "config.json"
 
 
@@ -52,11 +53,15 @@ class HFTensor:
 
 def hf_model_type(folder: str) -> str:
     """config.json's model_type ("bert", "electra", "modernbert"; "bert" when unsaid)."""
+    return _config(folder).get("model_type", "bert")
+
+
+def _config(folder: str) -> dict:
     path = f"{folder}/{CONFIG}"
     if not tf.io.gfile.exists(path):
-        return "bert"
+        return {}
     with tf.io.gfile.GFile(path) as f:
-        return json.load(f).get("model_type", "bert")
+        return json.load(f)
 
 
 def is_hf_config(raw: dict) -> bool:
@@ -106,6 +111,13 @@ def read_hf_tensors(folder: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load
 
     path = f"{folder}/{WEIGHTS}"
+    if not tf.io.gfile.exists(path) and tf.io.gfile.exists(f"{folder}/{TORCH_WEIGHTS}"):
+        architecture = (_config(folder).get("architectures") or ["AutoModel"])[0]  # keeps its heads
+        convert = f"transformers.{architecture}.from_pretrained(DIR).save_pretrained(DIR)"
+        raise HFCheckpointError(
+            f"{folder}: only {TORCH_WEIGHTS} (torch's pickle format); bertbeam reads {WEIGHTS}: convert "
+            f"it once with {convert}"
+        )
     if not tf.io.gfile.exists(path):
         raise HFCheckpointError(f"{folder}: no {WEIGHTS} (a Hugging Face save_pretrained folder)")
     with tf.io.gfile.GFile(path, "rb") as f:

@@ -1,34 +1,22 @@
-"""The Hugging Face tokenizer files of a vocab, out and in: tokenizer.json and tokenizer_config.json
-that `transformers.AutoTokenizer` loads and that tokenize as the corpus did; and a release folder's
-vocab (vocab.txt, a sentencepiece model or tokenizer.json) with its lower-casing, read back.
+"""The Hugging Face tokenizer files of a vocab: tokenizer.json and tokenizer_config.json that
+`transformers.AutoTokenizer` loads and that tokenize as the corpus did. (A release folder's vocab,
+read back, is `pipeline/release.py`: the corpus builder reads it too.)
 
     tokenizer_files(vocab_file, max_position)    # {"tokenizer.json": ..., "tokenizer_config.json": ...}
-    release_vocab("bert-base-uncased", lower_case="auto")
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import PurePosixPath
 
-import tensorflow as tf
-
-from common.errors import BertbeamError
-from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile, kind_of
+from pipeline.release import TOKENIZER_CONFIG
+from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
 
 TOKENIZER_CLASS = {
     "wordpiece": "BertTokenizer",
     "sentencepiece": "PreTrainedTokenizerFast",
     "tokenizer": "PreTrainedTokenizerFast",
 }
-# A release's vocab, first found first: BERT's, sentencepiece's, then a tokenizer.json alone
-# (ModernBERT's BPE; bertbeam's own exports hold one beside the vocab they were built with).
-VOCAB_FILES = ("vocab.txt", "vocab.model", "tokenizer.json")
-TOKENIZER_CONFIG = "tokenizer_config.json"
-
-
-class ReleaseVocabError(BertbeamError):
-    """A release folder without a vocab bertbeam reads; one line naming the folder."""
 
 
 # === Out ===
@@ -143,29 +131,3 @@ def _model_proto_class():
                 spec.default_value = extra
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("bertbeam_spm.ModelProto"))
-
-
-# === In ===
-
-
-def release_vocab(folder: str, lower_case: str = "auto", hf: bool = True) -> VocabFile:
-    """The vocab of a release folder (Hugging Face's, or `hf=False` a google-research/bert one):
-    the first of VOCAB_FILES there. A WordPiece vocab lower-cases by `lower_case` ("true",
-    "false", or "auto": tokenizer_config.json's do_lower_case, else "uncased" in the folder's
-    name, as Google names its releases)."""
-    path = next((f"{folder}/{n}" for n in VOCAB_FILES if tf.io.gfile.exists(f"{folder}/{n}")), None)
-    if path is None:
-        raise ReleaseVocabError(f"no {', '.join(VOCAB_FILES)} in {folder}")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    kind = kind_of(path)
-    return VocabFile(kind, data, _lower_case(lower_case, folder, hf) if kind == "wordpiece" else False)
-
-
-def _lower_case(flag: str, folder: str, hf: bool) -> bool:
-    if flag != "auto":
-        return flag == "true"
-    if hf and tf.io.gfile.exists(f"{folder}/{TOKENIZER_CONFIG}"):
-        with tf.io.gfile.GFile(f"{folder}/{TOKENIZER_CONFIG}") as f:
-            return bool(json.load(f).get("do_lower_case", False))
-    return "uncased" in PurePosixPath(folder).name

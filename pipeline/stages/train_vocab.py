@@ -3,6 +3,7 @@ write_vocab puts it beside the shards."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -14,6 +15,7 @@ from pipeline.files import write_atomically
 from pipeline.keys import content_key, seeded_key
 from pipeline.stages.stats import BadInputError
 from pipeline.vocab import VocabFile, train_sentencepiece, train_wordpiece
+from pipeline.vocab_extension import extend_wordpiece
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -26,9 +28,12 @@ class TrainVocab(beam.PTransform):
     every runner, bounded in memory, and spread over the whole corpus.
     """
 
-    def __init__(self, cfg: CorpusConfig):
+    def __init__(self, cfg: CorpusConfig, base: VocabFile | None = None):
+        """With `base` (a given vocab and --extend_vocab N): that vocab plus up to N tokens
+        learned from the sample (`vocab_extension.py`)."""
         super().__init__()
         self._cfg = cfg
+        self._base = base
 
     def expand(self, keyed_docs):
         cfg = self._cfg
@@ -37,16 +42,26 @@ class TrainVocab(beam.PTransform):
             | "Sentences" >> beam.FlatMap(lambda kd: text.document_sentences(kd[1]))
             | "KeyBySeededHash" >> beam.Map(lambda s: (seeded_key(cfg.seed, content_key(s)), s))
             | "Sample" >> beam.combiners.Top.Of(cfg.vocab_sample_sentences, reverse=True)
-            | "Train" >> beam.Map(_train_on_sample, cfg)
+            | "Train" >> beam.Map(_train_on_sample, cfg, self._base)
         )
 
 
-def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> VocabFile:
+def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig, base: VocabFile | None) -> VocabFile:
     if not sample:
         raise BadInputError(
             "no text to train a vocab on: every input document was empty or skipped; check --input"
         )
     sentences = [s for _, s in sample]
+    if base is not None:
+        log.info("extending the vocab by up to %d tokens from %s sampled sentences", cfg.extend_vocab,
+                 f"{len(sentences):,}")  # fmt: skip
+        started = time.monotonic()
+        extended = extend_wordpiece(base, sentences, cfg.extend_vocab)
+        added = extended.release["added"]
+        slots = sum(a["id"] < extended.release["base_size"] for a in added)
+        log.info("added %d tokens (%d into [unused] slots) in %.1f s: %s", len(added), slots,
+                 time.monotonic() - started, " ".join(a["token"] for a in added[:12]))  # fmt: skip
+        return extended
     # One library call, no progress inside it: say what it is doing, and how long it took.
     kind = "WordPiece" if cfg.vocab_model_type == "wordpiece" else f"sentencepiece {cfg.vocab_model_type}"
     log.info("training a %s vocab of %d on %s sampled sentences", kind, cfg.vocab_size, f"{len(sentences):,}")
@@ -64,4 +79,5 @@ def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig) -> VocabF
 def write_vocab(vocab_file: VocabFile, output_dir: str, trained: bool) -> schema.VocabInfo:
     vocab = vocab_file.load()
     write_atomically(f"{output_dir}/{vocab_file.file_name}", vocab_file.data)
-    return vocab.describe(vocab_file.file_name, trained)
+    info = vocab.describe(vocab_file.file_name, trained)
+    return dataclasses.replace(info, release=dict(vocab_file.release))

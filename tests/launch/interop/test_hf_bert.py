@@ -5,6 +5,7 @@ agrees the same way; the exported tokenizer tokenizes as our vocab does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -285,7 +286,7 @@ def test_export_cli_from_a_trained_run(trained_run, small_corpus, tmp_path):
 
 
 def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
-    """`--init_checkpoint hf:DIR --bert_config DIR/config.json`: the run starts from its weights."""
+    """`--init_checkpoint hf:DIR`: the run starts from its weights, shaped by its config.json."""
     from launch.checkpoints import CheckpointError
     from launch.config import TrainConfig
     from launch.prepare import prepare
@@ -313,9 +314,13 @@ def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
     np.testing.assert_array_equal(
         run.model.get_layer("mlm_bias").bias.numpy(), hf_model.cls.predictions.bias.detach().numpy()
     )
-    # The preset's shape does not fit the checkpoint: a one-line error naming the tensor.
+    # Without --bert_config, the folder's config.json is the shape.
+    assert prepare(config("from_folder", None), None).bert == run.bert
+    # A shape that does not fit the checkpoint: a one-line error naming the tensor.
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(dataclasses.replace(run.bert, intermediate_size=31).to_json())
     with pytest.raises(CheckpointError, match=r"^--init_checkpoint .*model.safetensors: .* has shape"):
-        build(prepare(config("wrong", None), None))
+        build(prepare(config("wrong", str(wrong)), None))
 
 
 @pytest.mark.slow

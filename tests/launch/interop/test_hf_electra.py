@@ -154,7 +154,7 @@ def test_a_transformers_discriminator_loads_into_ours_with_the_same_outputs(word
 
     # For fine-tuning: a bare encoder; the pooler, which ELECTRA has not, starts fresh.
     encoder = build_encoder(bert, T)
-    assert warm_start(encoder, f"hf:{tmp_path / 'hf'}") == ["pooler"]
+    assert warm_start(encoder, f"hf:{tmp_path / 'hf'}") == ["pooler/kernel", "pooler/bias"]
     features = {
         "input_ids": original,
         "input_mask": mask,

@@ -1,0 +1,55 @@
+"""A release's weights into a model whose vocab extends the release's (`build_corpus --extend_vocab`):
+every weight copied as it is, but the token-indexed ones (the word embeddings, the masked-LM output
+bias) grow, each new token's row the mean of the rows of the pieces the release's vocab cut it
+into (bert4keras's `compound_tokens`, as WoBERT initialised its words).
+
+    grow_into(model, release_model, added)      # added: the manifest's [{id, token, pieces}, ...]
+
+`release_model` is the same architecture at the release's vocab size, warm-started from the
+release in any format (`formats.warm_start`): growing is then the same for every format.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from launch.checkpoints import CheckpointError
+from model.encoder import weights_by_path
+
+# The layers whose weights have a row per token id (ELECTRA's generator's under a prefix).
+TOKEN_INDEXED = ("token_embedding", "mlm_bias")
+
+
+def grow_into(model: keras.Model, release_model: keras.Model, added: list[dict]) -> list[str]:
+    """Assigns `release_model`'s weights to `model` (they may be the same model: an extension
+    that only filled [unusedN] slots keeps the size), the token-indexed ones grown; returns their
+    paths. A weight whose shapes differ otherwise is a one-line CheckpointError."""
+    ours, theirs = weights_by_path(model), weights_by_path(release_model)
+    grown = []
+    for path, variable in ours.items():
+        value = np.asarray(keras.ops.convert_to_numpy(theirs[path]))
+        want = tuple(variable.shape)
+        token_indexed = path.split("/")[0].endswith(TOKEN_INDEXED)
+        if value.shape != want and not (
+            token_indexed and value.shape[1:] == want[1:] and value.shape[0] < want[0]
+        ):
+            raise CheckpointError(
+                f"{path}: the release's has shape {value.shape}, the extended model's {want}; only the "
+                "token rows may grow"
+            )
+        if token_indexed:
+            value = grown_rows(value, want[0], added)
+            grown.append(path)
+        variable.assign(value)
+    return grown
+
+
+def grown_rows(rows: np.ndarray, size: int, added: list[dict]) -> np.ndarray:
+    """`rows` (the release's, one per token id) grown to `size`: each added token's row (a filled
+    [unusedN] slot or a new id) the mean of its pieces' rows in the release."""
+    out = np.zeros((size, *rows.shape[1:]), rows.dtype)
+    out[: len(rows)] = rows
+    for token in added:
+        out[token["id"]] = rows[token["pieces"]].mean(axis=0)
+    return out

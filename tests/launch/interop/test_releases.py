@@ -1,0 +1,136 @@
+"""A released model's folder is one argument: every layout people download (written by transformers
+at tiny odd sizes, `tests/releases.py`) gives its config, vocab and weights, with what starts fresh
+listed once; a pytorch_model.bin-only folder is a one-line error; a vocab extended from the
+release's grows the token rows, each new one exactly the mean of its pieces' rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from launch.checkpoints import CheckpointError
+from launch.interop.formats import config_beside, read_bert_config, warm_start
+from launch.interop.grow import grow_into
+from model.encoder import weights_by_path
+from model.masked_lm import build_pretraining_model
+from pipeline import text
+from pipeline.release import read_release
+from pipeline.vocab import VocabError
+from pipeline.vocab_extension import base_pieces, extend_wordpiece
+from tests.lazy import transformers
+from tests.releases import model_dir_of, write_release
+
+T, P = 33, 5
+# What each layout lacks of a BERT pretraining model with an NSP head (it starts fresh).
+FRESH = {
+    "bert_for_pretraining": [],
+    "bert_for_masked_lm": ["pooler", "nsp_logits"],
+    "bert_model": ["mlm_transform", "mlm_norm", "mlm_bias", "nsp_logits"],
+    "sentence_transformers_root": ["mlm_transform", "mlm_norm", "mlm_bias", "nsp_logits"],
+    "sentence_transformers_module": ["mlm_transform", "mlm_norm", "mlm_bias", "nsp_logits"],
+}
+
+
+def bert_of(model):
+    return model.bert if hasattr(model, "bert") else model
+
+
+@pytest.mark.parametrize("layout", list(FRESH))
+def test_each_layout_gives_its_config_vocab_and_weights(layout, botchan_wordpiece, tmp_path, capsys):
+    folder = tmp_path / layout
+    hf_model = write_release(folder, layout, botchan_wordpiece, seed=len(layout))
+    source = f"hf:{folder}"
+    config = config_beside(source)
+    assert config == f"{model_dir_of(folder, layout)}/config.json"
+    bert = read_bert_config(config)
+    assert (bert.hidden_size, bert.num_layers, bert.intermediate_size) == (12, 2, 29)
+
+    release = read_release(str(folder))
+    # transformers 5 saves BERT's tokenizer as tokenizer.json alone: read as the vocab.txt it holds
+    assert release.vocab_file.data == botchan_wordpiece.read_bytes() and release.vocab_file.lower_case
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir_of(folder, layout)))
+    line = "It was Botchan's turn: \"I'll never go back to Tokyo,\" said he."
+    assert release.vocab_file.load().encode([line])[0] == tokenizer(line, add_special_tokens=False)["input_ids"]
+
+    model = build_pretraining_model(bert, T, P, next_sentence=True)
+    fresh = warm_start(model, source)
+    assert list(dict.fromkeys(p.split("/")[0] for p in fresh if weights_by_path(model)[p].trainable)) == FRESH[layout]
+    printed = capsys.readouterr().out
+    assert printed.count("start fresh") == (1 if FRESH[layout] else 0)
+    if FRESH[layout]:
+        assert "mlm_norm (12, 12)" in printed or "pooler (12x12, 12)" in printed
+    expected = bert_of(hf_model).encoder.layer[1].output.dense.weight.detach().numpy().T
+    np.testing.assert_array_equal(model.get_layer("transformer_1").output_dense.kernel.numpy(), expected)
+    if "mlm_bias" not in FRESH[layout]:  # the release's MLM head is kept
+        np.testing.assert_array_equal(
+            model.get_layer("mlm_bias").bias.numpy(), hf_model.cls.predictions.bias.detach().numpy()
+        )
+
+
+def test_a_pytorch_bin_only_folder_is_one_line_saying_how_to_convert(botchan_wordpiece, tmp_path):
+    write_release(tmp_path / "old", "pytorch_bin", botchan_wordpiece)
+    bert = read_bert_config(config_beside(f"hf:{tmp_path / 'old'}"))
+    model = build_pretraining_model(bert, T, P, next_sentence=False)
+    with pytest.raises(CheckpointError) as caught:
+        warm_start(model, f"hf:{tmp_path / 'old'}")
+    message = str(caught.value)
+    assert "\n" not in message and "only pytorch_model.bin" in message
+    assert "transformers.BertForMaskedLM.from_pretrained(DIR).save_pretrained(DIR)" in message
+
+
+def test_lower_casing_and_special_tokens_come_from_tokenizer_config(botchan_wordpiece, tmp_path):
+    write_release(tmp_path / "cased", "bert_model", botchan_wordpiece, lower_case=False)
+    assert read_release(str(tmp_path / "cased")).vocab_file.lower_case is False
+    assert read_release(str(tmp_path / "cased"), lower_case=True).vocab_file.lower_case is True
+    write_release(tmp_path / "odd", "electra", botchan_wordpiece)
+    config = tmp_path / "odd" / "tokenizer_config.json"
+    config.write_text(config.read_text().replace('"[CLS]"', '"<s>"'))
+    with pytest.raises(VocabError, match=r"tokenizer_config.json: cls_token '<s>', but tokenizer.json has '\[CLS\]'"):
+        read_release(str(tmp_path / "odd"))
+
+
+def test_extended_rows_are_the_mean_of_their_pieces(botchan, botchan_wordpiece, python_docs, tmp_path):
+    """Python docs' words added to a Botchan release: the 5 [unused] slots filled first, the rest
+    appended; every new row of the word embeddings and the MLM bias is the mean of the release's
+    rows for the pieces the release's own tokenizer cuts the token into; every other row is the
+    release's."""
+    hf_model = write_release(tmp_path / "r", "bert_for_masked_lm", botchan_wordpiece, seed=11)
+    release = read_release(str(tmp_path / "r"))
+    docs = (python_docs / "library" / "functions.rst.txt").read_text(encoding="utf-8")
+    sentences = text.document_sentences(text.normalize_line(docs, Counter()))
+    extended = extend_wordpiece(release.vocab_file, sentences, 13)
+    added = extended.release["added"]
+    tokens = release.vocab_file.load().tokens
+    slots = [i for i, t in enumerate(tokens) if t.startswith("[unused")]
+    assert [a["id"] for a in added] == slots + list(range(len(tokens), len(tokens) + 8))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "r"))
+    for token in added:  # the pieces are the release tokenizer's own
+        if not token["token"].startswith("##"):
+            assert token["pieces"] == tokenizer(token["token"], add_special_tokens=False)["input_ids"]
+    assert base_pieces("##xq", {"##x": 7, "##q": 9}, unk=1) == [7, 9]
+
+    bert = read_bert_config(config_beside(f"hf:{tmp_path / 'r'}"))
+    at_release = build_pretraining_model(bert, T, P, next_sentence=False)
+    warm_start(at_release, f"hf:{tmp_path / 'r'}")
+    grown_bert = dataclasses.replace(bert, vocab_size=extended.load().size)
+    model = build_pretraining_model(grown_bert, T, P, next_sentence=False)
+    assert grow_into(model, at_release, added) == ["token_embedding/embeddings", "mlm_bias/bias"]
+    embeddings = hf_model.bert.embeddings.word_embeddings.weight.detach().numpy()
+    bias = hf_model.cls.predictions.bias.detach().numpy()
+    grown_embeddings = model.get_layer("token_embedding").embeddings.numpy()
+    grown_bias = model.get_layer("mlm_bias").bias.numpy()
+    new = {a["id"]: a["pieces"] for a in added}
+    for token_id in range(len(grown_bias)):
+        if token_id in new:
+            np.testing.assert_allclose(grown_embeddings[token_id], embeddings[new[token_id]].mean(0), rtol=1e-6)
+            np.testing.assert_allclose(grown_bias[token_id], bias[new[token_id]].mean(0), rtol=1e-6)
+        else:
+            np.testing.assert_array_equal(grown_embeddings[token_id], embeddings[token_id])
+            assert grown_bias[token_id] == bias[token_id]
+    np.testing.assert_array_equal(
+        model.get_layer("transformer_0").output_dense.kernel.numpy(),
+        at_release.get_layer("transformer_0").output_dense.kernel.numpy(),
+    )
