@@ -58,7 +58,21 @@ def release_source(release: str) -> tuple[str, str]:
     return f"hf:{release}", fmt.export
 
 
-def train_args(args, init_checkpoint: str) -> list[str]:
+def small_validation(corpus: str) -> list[str]:
+    """--eval_steps 0 where a small domain's validation split holds less than one batch (the run
+    still trains; its masked-LM figures are then only the training ones)."""
+    from pipeline.schema import read_manifest
+
+    records = read_manifest(corpus).split("validation").instances
+    if records >= RECIPE["global_batch_size"]:
+        return []
+    print(f"note: {corpus}'s validation split holds {records} records, less than a batch: no validation "
+          "during the run (more text, or --corpus_args '--validation_fraction F', gives one)",
+          flush=True)  # fmt: skip
+    return ["--eval_steps", "0"]
+
+
+def train_args(args, init_checkpoint: str, extra: list[str] = ()) -> list[str]:
     steps = args.train_steps
     interval = max(1, steps // LOG_INTERVALS)
     head = max(interval, round(RECIPE["head_warmup_fraction"] * steps / interval) * interval)
@@ -69,7 +83,7 @@ def train_args(args, init_checkpoint: str) -> list[str]:
         "--warmup_steps", str(round(RECIPE["warmup_fraction"] * steps)),
         "--head_warmup_steps", str(head), "--global_batch_size", str(RECIPE["global_batch_size"]),
         "--dynamic_masking", "--log_every", str(interval), "--checkpoint_every", str(interval * 5),
-        "--eval_every", str(interval * 5),
+        "--eval_every", str(interval * 5), *extra,
         *shlex.split(args.train_args),
     ]  # fmt: skip
 
@@ -93,7 +107,7 @@ def adapt(argv: list[str] | None) -> None:
         if status:
             sys.exit(status)
     print(f"2/3 continued pretraining from {init_checkpoint} -> {args.output}/run", flush=True)
-    status = pretrain.main(train_args(args, init_checkpoint))
+    status = pretrain.main(train_args(args, init_checkpoint, small_validation(corpus)))
     if status:
         sys.exit(status)
     print(f"3/3 export ({export_format}, the release's format) -> {args.output}/export", flush=True)

@@ -40,8 +40,8 @@ def random_model(layout: str, vocab_size: int, max_position: int, seed: int):
     """The layout's transformers model, every weight drawn from N(0, 0.2) (LayerNorm scales around 1)."""
     torch.manual_seed(seed)
     kind = transformers.ElectraConfig if layout == "electra" else transformers.BertConfig
-    config = kind(vocab_size=vocab_size, hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                  intermediate_size=INNER, max_position_embeddings=max_position, embedding_size=H)  # fmt: skip
+    sizes = dict(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INNER)
+    config = kind(vocab_size=vocab_size, max_position_embeddings=max_position, embedding_size=H, **sizes)
     model = getattr(transformers, MODEL_CLASS[layout])(config).eval()
     rng = np.random.default_rng(seed)
     with torch.no_grad():

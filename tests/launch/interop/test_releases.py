@@ -53,11 +53,16 @@ def test_each_layout_gives_its_config_vocab_and_weights(layout, botchan_wordpiec
     assert release.vocab_file.data == botchan_wordpiece.read_bytes() and release.vocab_file.lower_case
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir_of(folder, layout)))
     line = "It was Botchan's turn: \"I'll never go back to Tokyo,\" said he."
-    assert release.vocab_file.load().encode([line])[0] == tokenizer(line, add_special_tokens=False)["input_ids"]
+    assert (
+        release.vocab_file.load().encode([line])[0] == tokenizer(line, add_special_tokens=False)["input_ids"]
+    )
 
     model = build_pretraining_model(bert, T, P, next_sentence=True)
     fresh = warm_start(model, source)
-    assert list(dict.fromkeys(p.split("/")[0] for p in fresh if weights_by_path(model)[p].trainable)) == FRESH[layout]
+    assert (
+        list(dict.fromkeys(p.split("/")[0] for p in fresh if weights_by_path(model)[p].trainable))
+        == FRESH[layout]
+    )
     printed = capsys.readouterr().out
     assert printed.count("start fresh") == (1 if FRESH[layout] else 0)
     if FRESH[layout]:
@@ -88,7 +93,9 @@ def test_lower_casing_and_special_tokens_come_from_tokenizer_config(botchan_word
     write_release(tmp_path / "odd", "electra", botchan_wordpiece)
     config = tmp_path / "odd" / "tokenizer_config.json"
     config.write_text(config.read_text().replace('"[CLS]"', '"<s>"'))
-    with pytest.raises(VocabError, match=r"tokenizer_config.json: cls_token '<s>', but tokenizer.json has '\[CLS\]'"):
+    with pytest.raises(
+        VocabError, match=r"tokenizer_config.json: cls_token '<s>', but tokenizer.json has '\[CLS\]'"
+    ):
         read_release(str(tmp_path / "odd"))
 
 
@@ -125,7 +132,9 @@ def test_extended_rows_are_the_mean_of_their_pieces(botchan, botchan_wordpiece, 
     new = {a["id"]: a["pieces"] for a in added}
     for token_id in range(len(grown_bias)):
         if token_id in new:
-            np.testing.assert_allclose(grown_embeddings[token_id], embeddings[new[token_id]].mean(0), rtol=1e-6)
+            np.testing.assert_allclose(
+                grown_embeddings[token_id], embeddings[new[token_id]].mean(0), rtol=1e-6
+            )
             np.testing.assert_allclose(grown_bias[token_id], bias[new[token_id]].mean(0), rtol=1e-6)
         else:
             np.testing.assert_array_equal(grown_embeddings[token_id], embeddings[token_id])

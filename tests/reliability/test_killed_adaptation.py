@@ -1,0 +1,86 @@
+"""Continued pretraining from a release with a head warm-up, SIGKILLed once during the warm-up and
+once after it, resumed each time by re-running the same command: it ends with the weights of an
+uninterrupted run, bit for bit, having read the same batches in the same order; and the switch from
+head-only to all weights does not restart the data (the stream is the one a run without the warm-up
+reads)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.schema import read_manifest
+from tests.releases import random_model
+from tests.reliability.test_killed_training import (
+    assert_same_variables,
+    checkpointed_step,
+    kill_at_steps,
+    read_trace,
+    start,
+    trained_batches,
+)
+
+TRAIN_STEPS, HEAD_STEPS = 60, 20
+
+pytestmark = pytest.mark.slow  # the reliability suite: `make test` and `make test-reliability`
+
+
+@pytest.fixture(scope="module")
+def command(small_corpus, tmp_path_factory):
+    release = tmp_path_factory.mktemp("release")
+    vocab_size = read_manifest(str(small_corpus)).vocab.size
+    random_model("bert_model", vocab_size, max_position=32, seed=5).save_pretrained(str(release))
+
+    def command(model_dir: Path, head_steps: int = HEAD_STEPS) -> list[str]:
+        return [
+            sys.executable, "-m", "launch.pretrain", "--data", str(small_corpus),
+            "--model_dir", str(model_dir), "--init_checkpoint", f"hf:{release}",
+            "--head_warmup_steps", str(head_steps), "--global_batch_size", "8",
+            "--train_steps", str(TRAIN_STEPS), "--warmup_steps", "10", "--learning_rate", "1e-3",
+            "--log_every", "5", "--checkpoint_every", "5", "--eval_every", "30", "--eval_steps", "2",
+            "--dynamic_masking", "--trace_batches", "--no-export",
+        ]  # fmt: skip
+
+    return command
+
+
+def uninterrupted(command, model_dir: Path, **kwargs) -> int:
+    log = model_dir.parent / f"{model_dir.name}.log"
+    process = start(command(model_dir, **kwargs), log)
+    assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
+    return process.pid
+
+
+def test_sigkills_during_and_after_the_head_warm_up_change_nothing(command, tmp_path, report):
+    reference = tmp_path / "reference"
+    reference_pid = uninterrupted(command, reference)
+    seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    targets = [rng.randrange(7, HEAD_STEPS - 2), rng.randrange(HEAD_STEPS + 7, TRAIN_STEPS - 5)]
+    resumed = tmp_path / "resumed"
+    segments = kill_at_steps(command, resumed, targets, tmp_path, seed)
+    resumed_from = checkpointed_step(resumed)
+    final = start(command(resumed), tmp_path / "final.log")
+    assert final.wait(timeout=600) == 0, (tmp_path / "final.log").read_text()[-3000:]
+    segments.append((final.pid, resumed_from))
+    log = (tmp_path / "segment0.log").read_text()
+    assert f"head warm-up, steps 0-{HEAD_STEPS}:" in log, log[-2000:]
+
+    assert_same_variables(resumed, reference, seed)
+    stream = read_trace(reference, reference_pid)
+    assert trained_batches(resumed, segments, TRAIN_STEPS, seed) == [stream[i] for i in range(TRAIN_STEPS)]
+
+    # The data runs on across the switch: the same stream as a run with no warm-up.
+    plain = tmp_path / "plain"
+    plain_stream = read_trace(plain, uninterrupted(command, plain, head_steps=0))
+    assert [stream[i] for i in range(TRAIN_STEPS)] == [plain_stream[i] for i in range(TRAIN_STEPS)]
+    report(
+        "continued pretraining with a head warm-up SIGKILLed twice, resumed",
+        detail=f"seed {seed}; kills at steps {targets[0]} (warm-up, steps 0-{HEAD_STEPS}) and {targets[1]}; "
+        "weights, slots and the batches read bit-identical to an uninterrupted run",
+    )
