@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from common.errors import ConfigError
 from launch.checkpoints import CheckpointError
 from launch.interop.formats import config_beside, read_bert_config, warm_start
 from launch.interop.grow import grow_into
@@ -143,3 +144,48 @@ def test_extended_rows_are_the_mean_of_their_pieces(botchan, botchan_wordpiece, 
         model.get_layer("transformer_0").output_dense.kernel.numpy(),
         at_release.get_layer("transformer_0").output_dense.kernel.numpy(),
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--extend_vocab", "9"], "--extend_vocab extends a given WordPiece vocab"),
+        (["--vocab", "v.model", "--extend_vocab", "9"], "--extend_vocab extends a given WordPiece vocab"),
+        (["--vocab", "v.txt", "--extend_vocab", "-1"], "--extend_vocab: expected >= 0, found -1"),
+    ],
+)
+def test_extend_vocab_mistakes_are_one_line(flags, message):
+    from pipeline.build_corpus import parse_args
+
+    argv = ["--input", "x.txt", "--output", "out", *flags]
+    if "--vocab" not in flags:
+        argv += ["--vocab_size", "100"]
+    with pytest.raises(ConfigError, match=message):
+        parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--head_warmup_steps", "10"], "--head_warmup_steps needs --init_checkpoint"),
+        (["--init_checkpoint", "hf:r", "--head_warmup_steps", "15"], "expected a multiple of --log_every 10"),
+        (["--init_checkpoint", "hf:r", "--head_warmup_steps", "50"], "below --train_steps 50"),
+    ],
+)
+def test_head_warmup_mistakes_are_one_line(flags, message):
+    from launch.config import TrainConfig
+
+    base = ["--data", "c", "--model_dir", "m", "--train_steps", "50", "--log_every", "10"]
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.from_args([*base, *flags])
+
+
+def test_head_warmup_splits_the_phase_and_the_data_runs_on():
+    from launch.data import Phase, split_head_warmup
+
+    phases = [Phase(128, 0, 90), Phase(512, 90, 100)]
+    assert split_head_warmup(phases, 0) == phases
+    first, second, third = split_head_warmup(phases, 30)
+    assert (first.start, first.end, first.head_only, first.first_streamed) == (0, 30, True, 0)
+    assert (second.start, second.end, second.head_only, second.first_streamed) == (30, 90, False, 0)
+    assert third == phases[1]
