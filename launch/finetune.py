@@ -53,7 +53,7 @@ from launch.run_dir import RunDir
 from launch.serving import save_keras, save_task
 from launch.strategy import choose_strategy
 from launch.tasks.classification import evaluate_splits, padded, plot_confusion, predictions
-from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.config import FinetuneConfig, FinetuneError, default_learning_rate
 from launch.tasks.labelled import label_names, read_examples
 from launch.tasks.text_encoder import TextEncoder
 from model.config import BertConfig
@@ -122,13 +122,14 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
     )
     classifier = build_classifier(encoder, num_labels, source.bert.dropout, config.seed, pooling)
     decay = 1.0 if config.from_scratch else config.layer_decay
+    learning_rate = config.learning_rate or default_learning_rate(source.bert.hidden_size)
     multipliers = None
     if decay != 1.0:
         layers = layers_of([w.path for w in classifier.trainable_weights])
         multipliers = layer_decay_multipliers(layers, source.bert.num_layers, decay)
     optimizer = build_optimizer(
         "adamw",
-        learning_rate=config.learning_rate,
+        learning_rate=learning_rate,
         warmup_steps=int(total_steps * config.warmup_fraction),
         total_steps=total_steps,
         weight_decay=config.weight_decay,
@@ -145,6 +146,7 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
         "objective": None if config.from_scratch else source.objective,
         "pooling": pooling,
         "layer_decay": decay,
+        "learning_rate": learning_rate,
         "fresh": used + ["classifier"],
     }
     return classifier, recipe
@@ -211,6 +213,7 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
     print(
         f"fine-tuning {'from scratch' if config.from_scratch else source.weights} on {config.train}: "
         f"{len(train_ex)} examples, {len(names)} labels, {config.epochs} epochs of {steps_per_epoch} steps; "
+        f"learning rate {recipe['learning_rate']:g}{'' if config.learning_rate else ' (by width)'}, "
         f"{recipe['pooling']} pooling, layer decay {recipe['layer_decay']:g}"
         + ("" if config.from_scratch else f"; starting fresh: {', '.join(recipe['fresh'])}"),
         flush=True,

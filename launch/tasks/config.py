@@ -13,6 +13,14 @@ from launch.run_dir import RunDir
 from launch.strategy import KINDS
 from launch.tasks.labelled import LabelledFormat
 
+# --learning_rate's default by the encoder's hidden size: (widest, rate), the first that fits.
+# BERT-base's 5e-5 costs a tiny encoder 15-18 points (docs/finetune.md has the measurements).
+RATES_BY_WIDTH = ((256, 5e-4), (512, 1e-4), (None, 5e-5))
+
+
+def default_learning_rate(hidden_size: int) -> float:
+    return next(rate for widest, rate in RATES_BY_WIDTH if widest is None or hidden_size <= widest)
+
 
 class FinetuneError(BertbeamError):
     """Fine-tuning cannot start or its data cannot be used; one line saying why."""
@@ -63,7 +71,10 @@ class FinetuneConfig:
     seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
     global_batch_size: int = field(32, "examples per step over all replicas")
     epochs: int = field(3, "passes over the training examples")
-    learning_rate: float = field(5e-5, "peak learning rate")
+    learning_rate: float | None = field(
+        None, "peak learning rate (default: by the encoder's width, RATES_BY_WIDTH: 5e-4 up to 256, "
+        "1e-4 up to 512, BERT-base's 5e-5 wider)",
+    )  # fmt: skip
     warmup_fraction: float = field(0.1, "share of the steps spent warming up")
     weight_decay: float = field(0.01, "AdamW's decoupled weight decay (never on LayerNorm or bias)")
     strategy: str = field("auto", f"hardware: {'|'.join(KINDS)}")
@@ -81,7 +92,10 @@ class FinetuneConfig:
         need(self.seq_len >= 8, f"--seq_len: expected >= 8, found {self.seq_len}")
         for name in ("global_batch_size", "epochs"):
             need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
-        need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")
+        need(
+            self.learning_rate is None or self.learning_rate > 0,
+            f"--learning_rate: expected > 0, found {self.learning_rate}",
+        )
         need(0 < self.layer_decay <= 1, f"--layer_decay: expected in (0, 1], found {self.layer_decay}")
         need(
             0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"

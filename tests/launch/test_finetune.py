@@ -260,9 +260,11 @@ def test_the_raw_string_signature_equals_the_model_in_process(run, topics, topic
 @pytest.mark.slow
 def test_from_scratch_writes_its_own_folder(run, topics, topic_run):
     before = (run / "finetune" / "train" / "eval.json").read_bytes()
-    result = finetune(config(run, topics, from_scratch=True, epochs=1, export=False))
+    result = finetune(config(run, topics, from_scratch=True, epochs=1, export=False, learning_rate=None))
     assert result["output"] == str(run / "finetune" / "train-scratch")
-    assert json.loads((run / "finetune" / "train-scratch" / "eval.json").read_text())["examples"] > 0
+    figures = json.loads((run / "finetune" / "train-scratch" / "eval.json").read_text())
+    assert figures["examples"] > 0
+    assert figures["recipe"]["learning_rate"] == 5e-4  # no --learning_rate: a 24-wide encoder's rate
     assert (run / "finetune" / "train" / "eval.json").read_bytes() == before
 
 
