@@ -63,6 +63,7 @@ from pipeline.stages.tokenize import TokenizeDocuments
 from pipeline.stages.train_vocab import TrainVocab, write_vocab
 from pipeline.stages.write_shards import WriteShards
 from pipeline.vocab import VocabError, VocabFile, kind_of
+from pipeline.vocab_extension import check_extendable
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -237,6 +238,8 @@ def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
         origin = {"name": release.name, "folder": cfg.vocab, "sha256": sha256}
         log.info("vocab of the release %s: %s (%s, lower case: %s)", release.name, release.vocab_path,
                  vocab_file.kind, vocab_file.lower_case)  # fmt: skip
+        if cfg.extend_vocab:
+            check_extendable(vocab_file)
         return dataclasses.replace(vocab_file, release=origin)
     kind = kind_of(cfg.vocab)
     try:
@@ -247,6 +250,8 @@ def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
         raise VocabError(f"--vocab {cfg.vocab}: not a readable {kind} vocab ({e})") from None
     except VocabError as e:
         raise VocabError(f"--vocab {cfg.vocab}: {e}") from None
+    if cfg.extend_vocab:
+        check_extendable(vocab_file)
     return vocab_file
 
 

@@ -77,8 +77,8 @@ class CorpusConfig:
     )
     extend_vocab: int = field(
         0,
-        "with --vocab (a WordPiece vocab.txt or release folder): add up to N tokens learned from this "
-        "text, into its [unusedN] slots first, then appended (WoBERT's vocab extension)",
+        "with --vocab (a WordPiece vocab.txt, a sentencepiece unigram model or a release folder): add up to "
+        "N tokens learned from this text, into its [unusedN] slots first, then appended (WoBERT's)",
     )
     vocab_size: int | None = field(None, "instead of --vocab: train a vocab of this size")
     vocab_model_type: Literal["unigram", "bpe", "wordpiece"] = field(
@@ -189,8 +189,9 @@ class CorpusConfig:
         )
         need(self.extend_vocab >= 0, f"--extend_vocab: expected >= 0, found {self.extend_vocab}")
         need(
-            not self.extend_vocab or (self.vocab and wordpiece),
-            "--extend_vocab extends a given WordPiece vocab: pass --vocab vocab.txt or a release folder",
+            not self.extend_vocab or (self.vocab and not self.vocab.endswith(".json")),
+            "--extend_vocab extends a given vocab: --vocab vocab.txt, a sentencepiece .model or a release "
+            "folder",
         )
         need(
             not self.do_lower_case or wordpiece,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from pipeline.release import TOKENIZER_CONFIG
+from pipeline.spm_proto import CONTROL, UNIGRAM, model_proto_class
 from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
 
 TOKENIZER_CLASS = {
@@ -80,12 +81,12 @@ def hf_tokenizer(vocab_file: VocabFile):
 def _unigram_from_sentencepiece(vocab: SentencePieceVocab):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    proto = _model_proto_class()()
+    proto = model_proto_class()()
     proto.ParseFromString(vocab.model_bytes)
-    if proto.trainer_spec.model_type != 1:  # UNIGRAM
+    if proto.trainer_spec.model_type != UNIGRAM:
         return None
     # Control pieces ([CLS], [SEP], [MASK]) never match text in sentencepiece: score them out.
-    pieces = [(p.piece, -1e9 if p.type == 3 else p.score) for p in proto.pieces]  # 3: CONTROL
+    pieces = [(p.piece, -1e9 if p.type == CONTROL else p.score) for p in proto.pieces]
     tokenizer = Tokenizer(models.Unigram(pieces, proto.trainer_spec.unk_id, False))
     spec = proto.normalizer_spec
     steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
@@ -96,38 +97,3 @@ def _unigram_from_sentencepiece(vocab: SentencePieceVocab):
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
     tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme)
     return tokenizer
-
-
-def _model_proto_class():
-    """The fields of sentencepiece's ModelProto we read, declared for protobuf to parse (others
-    are skipped). sentencepiece 0.2.3's own generated module needs protobuf >= 7 and TF 2.21 pins
-    6; once TensorFlow allows 7, `sentencepiece.sentencepiece_model_pb2.ModelProto` replaces this."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    optional, repeated = 1, 3
-    string, bytes_, float_, int32, bool_, message = 9, 12, 2, 5, 8, 11
-    # message: [(field, number, label, type, type_name or default)], as in sentencepiece_model.proto
-    # (its enums read as their int32 wire values; the defaults are the .proto's).
-    schema = {
-        "SentencePiece": [("piece", 1, optional, string, None), ("score", 2, optional, float_, None),
-                          ("type", 3, optional, int32, "1")],
-        "TrainerSpec": [("model_type", 3, optional, int32, "1"), ("unk_id", 40, optional, int32, None)],
-        "NormalizerSpec": [("precompiled_charsmap", 2, optional, bytes_, None),
-                           ("add_dummy_prefix", 3, optional, bool_, "true"),
-                           ("remove_extra_whitespaces", 4, optional, bool_, "true")],
-        "ModelProto": [("pieces", 1, repeated, message, "SentencePiece"),
-                       ("trainer_spec", 2, optional, message, "TrainerSpec"),
-                       ("normalizer_spec", 3, optional, message, "NormalizerSpec")],
-    }  # fmt: skip
-    pool = descriptor_pool.DescriptorPool()
-    file = descriptor_pb2.FileDescriptorProto(name="bertbeam_spm.proto", package="bertbeam_spm")
-    for name, fields in schema.items():
-        message_type = file.message_type.add(name=name)
-        for field, number, label, kind, extra in fields:
-            spec = message_type.field.add(name=field, number=number, label=label, type=kind)
-            if kind == message:
-                spec.type_name = f".bertbeam_spm.{extra}"
-            elif extra is not None:
-                spec.default_value = extra
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bertbeam_spm.ModelProto"))

@@ -15,7 +15,7 @@ from pipeline.files import write_atomically
 from pipeline.keys import content_key, seeded_key
 from pipeline.stages.stats import BadInputError
 from pipeline.vocab import VocabFile, train_sentencepiece, train_wordpiece
-from pipeline.vocab_extension import extend_wordpiece
+from pipeline.vocab_extension import extend_vocab
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -56,7 +56,7 @@ def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig, base: Voc
         log.info("extending the vocab by up to %d tokens from %s sampled sentences", cfg.extend_vocab,
                  f"{len(sentences):,}")  # fmt: skip
         started = time.monotonic()
-        extended = extend_wordpiece(base, sentences, cfg.extend_vocab)
+        extended = extend_vocab(base, sentences, cfg.extend_vocab)
         added = extended.release["added"]
         slots = sum(a["id"] < extended.release["base_size"] for a in added)
         log.info("added %d tokens (%d into [unused] slots) in %.1f s: %s", len(added), slots,

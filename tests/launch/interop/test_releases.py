@@ -149,8 +149,8 @@ def test_extended_rows_are_the_mean_of_their_pieces(botchan, botchan_wordpiece, 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--extend_vocab", "9"], "--extend_vocab extends a given WordPiece vocab"),
-        (["--vocab", "v.model", "--extend_vocab", "9"], "--extend_vocab extends a given WordPiece vocab"),
+        (["--extend_vocab", "9"], "--extend_vocab extends a given vocab"),
+        (["--vocab", "tokenizer.json", "--extend_vocab", "9"], "--extend_vocab extends a given vocab"),
         (["--vocab", "v.txt", "--extend_vocab", "-1"], "--extend_vocab: expected >= 0, found -1"),
     ],
 )
@@ -189,3 +189,33 @@ def test_head_warmup_splits_the_phase_and_the_data_runs_on():
     assert (first.start, first.end, first.head_only, first.first_streamed) == (0, 30, True, 0)
     assert (second.start, second.end, second.head_only, second.first_streamed) == (30, 90, False, 0)
     assert third == phases[1]
+
+
+def test_a_google_release_folder_is_read_by_its_name(botchan_wordpiece, tmp_path):
+    for name, lower in (("uncased_L-2_H-12_A-3", True), ("cased_L-2_H-12_A-3", False)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "vocab.txt").write_bytes(botchan_wordpiece.read_bytes())
+        release = read_release(str(folder))
+        assert (release.name, release.vocab_file.kind, release.vocab_file.lower_case) == (
+            name,
+            "wordpiece",
+            lower,
+        )
+
+
+def test_a_sentencepiece_vocab_is_extended_by_appending_used_pieces(botchan_vocab, python_docs):
+    from pipeline.vocab import VocabFile
+    from pipeline.vocab_extension import extend_vocab
+
+    base = VocabFile("sentencepiece", botchan_vocab.read_bytes())
+    docs = (python_docs / "library" / "functions.rst.txt").read_text(encoding="utf-8")
+    sentences = text.document_sentences(text.normalize_line(docs, Counter()))
+    extended = extend_vocab(base, sentences, 17)
+    added, size = extended.release["added"], base.load().size
+    assert [a["id"] for a in added] == list(range(size, size + 17))
+    vocab = extended.load()
+    assert vocab.size == size + 17 and vocab.special_ids == base.load().special_ids
+    ids = [i for row in vocab.encode(sentences) for i in row]
+    assert all(i in ids for i in range(size, size + 17))  # each added piece is used on the domain's text
+    assert [vocab.processor.id_to_piece(a["id"]) for a in added] == [a["token"] for a in added]
