@@ -252,20 +252,21 @@ def release_cell(task: str, seed: int, data: Path, out: Path) -> dict:
 def cells(data: Path, out: Path) -> dict:
     """Every cell, in the order that reaches the headline comparison soonest: name -> thunk."""
     grid = {"calibrate": lambda: calibrate(data, out)}
-    order = ["tapt", "dapt", "dapt+tapt", "tapt-nohw", "tapt-extend", "tapt-lr1e-4", "tapt-replay"]
+    # tapt against the release first, then the rate the recipe is picked by, then the rest
+    order = ["tapt", "tapt-lr1e-4", "dapt", "dapt+tapt", "tapt-nohw", "tapt-extend", "tapt-replay"]
     for task in TASKS:
         for rate in FT_RATES:
             grid[f"recipe-{task}-lr{rate:g}"] = lambda t=task: ft_rate(t, data, out)
         for seed in SEEDS:
             grid[f"ft-{task}-release-seed{seed}"] = lambda t=task, s=seed: release_cell(t, s, data, out)
-        for variant in order[:1]:
+        for variant in order[:2]:
             add_variant(grid, task, variant, data, out)
         for seed in SEEDS:
             grid[f"ft-{task}-scratch-seed{seed}"] = lambda t=task, s=seed: finetune(
                 f"ft-{t}-scratch-seed{s}", t, data, out, s, ft_rate(t, data, out),
                 from_scratch=True, **release_source(data),
             )  # fmt: skip
-    for variant in order[1:]:
+    for variant in order[2:]:
         for task in TASKS:
             add_variant(grid, task, variant, data, out)
     return grid
