@@ -76,8 +76,9 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
                 step = int(run.model.optimizer.iterations.numpy())
                 if stage is run.stages[-1]:
                     break
-                stage = run.stage_at(step)
-                print(f"phase at seq_len {stage.manifest.seq_len} from step {step}", flush=True)
+                length, stage = stage.manifest.seq_len, run.stage_at(step)
+                if stage.manifest.seq_len != length:  # (a head warm-up's end says so itself)
+                    print(f"phase at seq_len {stage.manifest.seq_len} from step {step}", flush=True)
                 build(run, stage)  # restores the checkpoint written at the previous phase's end
             results = finish(run, stage)
         summary = {
@@ -198,7 +199,9 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
         print(f"steps {phase.start}-{phase.end}: all {len(trainable)} weights train ({total:,} parameters)",
               flush=True)  # fmt: skip
         return
-    fresh = set(json.loads(run.run_dir.read(WARM_START))["fresh"])
+    # This process's own record (a fresh run's, on any worker), else the chief's (a resumed run).
+    record = run.write_dir if tf.io.gfile.exists(run.write_dir.file(WARM_START)) else run.run_dir
+    fresh = set(json.loads(record.read(WARM_START))["fresh"])
     training = [v for v in trainable if v.path in fresh]
     if not training:
         source = run.config.init_checkpoint
