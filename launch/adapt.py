@@ -14,8 +14,8 @@ The steps, each skipped when its output is already there:
                      for transformers
 
 Replay of general text against forgetting is a mixture: --train_args "--data domain=OUTPUT/corpus:3,
-general=GENERAL_CORPUS:1" (docs/adapt.md). The defaults (RECIPE) are the ones bench/adapt.py
-measured; docs/benchmarks/adapt.md has the grid they were picked from.
+general=GENERAL_CORPUS:1" (docs/adapt.md). bench/adapt.py measures the defaults (RECIPE) against
+the alternatives; docs/benchmarks/adapt.md has the grid and where it stands.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import sys
 from common.cli import Parser, first_paragraph, run_cli
 from common.errors import ConfigError
 
-# Continued pretraining's defaults (bench/adapt.py; docs/benchmarks/adapt.md): a release's
-# encoder is protected by a low peak rate and by the head warm-up, a tenth of the run each.
+# Continued pretraining's defaults: a release's encoder is protected by a low peak rate and by the
+# head warm-up, a tenth of the run each. bench/adapt.py's cells tapt (these), tapt-lr1e-4 (the
+# rate that lost 5 points in issue 36's first attempt) and tapt-nohw (no warm-up) test them.
 RECIPE = {
     "learning_rate": 3e-5,
     "warmup_fraction": 0.1,  # of --train_steps: the learning rate's linear warm-up
