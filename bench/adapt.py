@@ -51,7 +51,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.cells import Cells, run  # noqa: E402
+from bench.cells import Cells, run, summary  # noqa: E402
 
 CELLS = Cells(REPO / "bench" / "results" / "adapt")
 RELEASE = "all-MiniLM-L6-v2"
@@ -203,11 +203,6 @@ def forgetting(folder: Path, data: Path, out: Path) -> dict:
 
 
 def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_rate: float, **source) -> dict:
-    if (found := CELLS.done(name)) is not None:
-        return found
-    import keras
-
-    from launch.finetune import finetune as run_finetune
     from launch.tasks.config import FinetuneConfig
 
     config = FinetuneConfig(
@@ -216,14 +211,7 @@ def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_ra
         seq_len=TASKS[task]["seq_len"], epochs=FT_EPOCHS, learning_rate=learning_rate,
         global_batch_size=FT_BATCH, pooling="mean", strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
-    start = time.time()
-    summary = run_finetune(config)
-    keras.backend.clear_session()
-    figures = json.loads((Path(config.output) / "eval.json").read_text())
-    result = {"test_accuracy": summary["accuracy"], "validation_accuracy": figures["accuracy"],
-              "best_epoch": summary["best_epoch"], "recipe": figures["recipe"]}  # fmt: skip
-    config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
-    return CELLS.record(name, config_json, result, time.time() - start)
+    return CELLS.finetune(name, config)
 
 
 def release_source(data: Path) -> dict:
@@ -285,10 +273,6 @@ def add_variant(grid: dict, task: str, variant: str, data: Path, out: Path) -> N
 # === Report ===
 
 
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.mean(values), "spread": max(values) - min(values), "n": len(values)}
-
-
 def report(results: dict[str, dict]) -> dict:
     """Per task and model: test accuracy over the seeds found; the targets where their cells exist."""
     table = {}
@@ -322,14 +306,7 @@ def main() -> int:
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
     if not args.report:
-        parts = [part for part in args.only.split(",") if part]
-        for name, compute in cells(data, out).items():
-            if parts and not any(part in name for part in parts):
-                continue
-            if args.dry_run:
-                print(f"{'done' if CELLS.path(name).exists() else 'todo'}  {name}")
-            elif not CELLS.path(name).exists():
-                compute()
+        CELLS.run_grid(cells(data, out), args.only, args.dry_run)
     print(json.dumps(report(CELLS.results()), indent=2, sort_keys=True))
     return 0
 

@@ -9,6 +9,7 @@ result files are committed (bench/quality.py, bench/adapt.py).
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +44,41 @@ class Cells:
 
     def results(self) -> dict[str, dict]:
         return {p.stem: json.loads(p.read_text())["result"] for p in sorted(self.folder.glob("*.json"))}
+
+    def run_grid(self, grid: dict, only: str = "", dry_run: bool = False) -> None:
+        """Computes the cells of `grid` (name -> thunk) not done yet, in order; `only`: those whose
+        name holds one of its comma-separated parts; `dry_run`: lists them, done or to do."""
+        parts = [part for part in only.split(",") if part]
+        for name, compute in grid.items():
+            if parts and not any(part in name for part in parts):
+                continue
+            if dry_run:
+                print(f"{'done' if self.path(name).exists() else 'todo'}  {name}")
+            elif not self.path(name).exists():
+                compute()
+
+    def finetune(self, name: str, config) -> dict:
+        """A fine-tuning cell: `launch.finetune` with `config` (a FinetuneConfig) in this process;
+        test and validation accuracy, the best epoch and the recipe it resolved."""
+        if (found := self.done(name)) is not None:
+            return found
+        import keras
+
+        from launch.finetune import finetune
+
+        start = time.time()
+        summary = finetune(config)
+        keras.backend.clear_session()
+        figures = json.loads((Path(config.output) / "eval.json").read_text())
+        result = {"test_accuracy": summary["accuracy"], "validation_accuracy": figures["accuracy"],
+                  "best_epoch": summary["best_epoch"], "recipe": figures["recipe"]}  # fmt: skip
+        config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
+        return self.record(name, config_json, result, time.time() - start)
+
+
+def summary(values: list[float]) -> dict:
+    """Mean, spread (max - min) and count of a cell group's figures (seeds)."""
+    return {"mean": statistics.mean(values), "spread": max(values) - min(values), "n": len(values)}
 
 
 def run(args: list[str]) -> float:

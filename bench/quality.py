@@ -49,7 +49,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.cells import Cells, run  # noqa: E402
+from bench.cells import Cells, run, summary  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "quality"
 
@@ -250,11 +250,6 @@ def pretrain(lang: str, objective: str, source: str, data: Path, out: Path) -> t
 
 def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -> dict:
     """One fine-tuning cell: launch.finetune on the labelled subset; test and validation accuracy."""
-    if (found := done(name)) is not None:
-        return found
-    import keras
-
-    from launch.finetune import finetune as run_finetune
     from launch.tasks.config import FinetuneConfig
 
     fetcher, ext = LANGUAGES[lang]["task"]
@@ -266,14 +261,7 @@ def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -
         seq_len=SEQ_LEN, epochs=EPOCHS, learning_rate=FINETUNE_LR, global_batch_size=BATCH,
         strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
-    start = time.time()
-    summary = run_finetune(config)
-    keras.backend.clear_session()
-    figures = json.loads((Path(config.output) / "eval.json").read_text())
-    result = {"test_accuracy": summary["accuracy"], "validation_accuracy": figures["accuracy"],
-              "best_epoch": summary["best_epoch"], "recipe": figures["recipe"]}  # fmt: skip
-    config_json = {k: v for k, v in vars(config).items() if v is not None and k not in ("output",)}
-    return record(name, config_json, result, time.time() - start)
+    return CELLS.finetune(name, config)
 
 
 def checkpoint(model_dir: Path, step: int) -> str:
@@ -349,10 +337,6 @@ def _source(lang: str, objective: str, source: str, minutes: int, data: Path, ou
 
 def load_results() -> dict[str, dict]:
     return CELLS.results()
-
-
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.mean(values), "spread": max(values) - min(values), "n": len(values)}
 
 
 def report(results: dict[str, dict]) -> dict:
@@ -482,14 +466,7 @@ def main() -> int:
         for lang in LANGUAGES.values():
             for fetcher, _ in (lang["general"], lang["task"]):
                 FETCHERS[fetcher](data)
-        parts = [p for p in args.only.split(",") if p]
-        for name, compute in cells(data, out).items():
-            if parts and not any(p in name for p in parts):
-                continue
-            if args.dry_run:
-                print(f"{'done' if CELLS.path(name).exists() else 'todo'}  {name}")
-            elif not CELLS.path(name).exists():
-                compute()
+        CELLS.run_grid(cells(data, out), args.only, args.dry_run)
     table = report(load_results())
     if any(entry["scratch"] for entry in table["languages"].values()):
         plot(table, RESULTS / "quality.png")

