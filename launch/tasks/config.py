@@ -15,7 +15,7 @@ from launch.tasks.labelled import LabelledFormat
 
 # --learning_rate's default by the encoder's hidden size: (widest, rate), the first that fits.
 # BERT-base's 5e-5 costs a tiny encoder 15-18 points (docs/finetune.md has the measurements).
-RATES_BY_WIDTH = ((256, 5e-4), (512, 1e-4), (None, 5e-5))
+RATES_BY_WIDTH = ((256, 5e-4), (512, 2e-4), (None, 5e-5))
 
 
 def default_learning_rate(hidden_size: int) -> float:
@@ -73,7 +73,7 @@ class FinetuneConfig:
     epochs: int = field(3, "passes over the training examples")
     learning_rate: float | None = field(
         None, "peak learning rate (default: by the encoder's width, RATES_BY_WIDTH: 5e-4 up to 256, "
-        "1e-4 up to 512, BERT-base's 5e-5 wider)",
+        "2e-4 up to 512, BERT-base's 5e-5 wider)",
     )  # fmt: skip
     warmup_fraction: float = field(0.1, "share of the steps spent warming up")
     weight_decay: float = field(0.01, "AdamW's decoupled weight decay (never on LayerNorm or bias)")
