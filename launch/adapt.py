@@ -42,10 +42,10 @@ LOG_INTERVALS = 20  # log lines per run; the head warm-up and checkpoints fall o
 def release_source(release: str) -> tuple[str, str]:
     """(--init_checkpoint, --format of the export) for a release folder: a Hugging Face folder
     (config.json, a sentence-transformers one included) or a google-research/bert one."""
-    from launch.interop.formats import locate
+    from launch.interop.formats import HF_PREFIX, locate
     from pipeline import files
 
-    release = release.rstrip("/")
+    release = release.removeprefix(HF_PREFIX).rstrip("/")  # the folder, however it is named
     if files.exists(f"{release}/bert_model.ckpt.index"):
         return release, "google"
     if not (files.exists(f"{release}/config.json") or files.exists(f"{release}/modules.json")):
@@ -97,6 +97,7 @@ def adapt(argv: list[str] | None) -> None:
     if args.train_steps < LOG_INTERVALS:
         raise ConfigError(f"--train_steps {args.train_steps}: expected >= {LOG_INTERVALS}")
     init_checkpoint, export_format = release_source(args.release)
+    args.release = init_checkpoint.removeprefix("hf:")
     corpus = f"{args.output}/corpus"
     if files.exists(f"{corpus}/manifest.json"):
         print(f"1/3 corpus: {corpus} is built; skipped (remove it to rebuild)", flush=True)

@@ -1,7 +1,7 @@
 """A released model's folder as the corpus's tokenizer: its vocab, lower-casing and special tokens,
 read from the files the release ships, so that `--vocab RELEASE_DIR` is the one thing a user names.
 
-    release = read_release("all-MiniLM-L6-v2")      # Release(name, folder, vocab_file, vocab_path)
+    release = read_release("all-MiniLM-L6-v2")      # Release(name, vocab_file, vocab_path)
     model_folder("all-MiniLM-L6-v2")                # where config.json and the weights are
 
 The layouts people have: a Hugging Face `save_pretrained` folder; a sentence-transformers folder
@@ -30,7 +30,6 @@ TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"
 @dataclasses.dataclass(frozen=True)
 class Release:
     name: str  # the folder's name
-    folder: str  # where the model's files are (model_folder)
     vocab_file: VocabFile
     vocab_path: str
 
@@ -71,7 +70,8 @@ def read_release(folder: str, lower_case: bool | None = None) -> Release:
     tokenizer_config = _read_json(config_path) if files.exists(config_path) else {}
     kind, data = kind_of(path), files.read_file(path)
     if kind == "tokenizer" and (wordpiece := _bert_wordpiece(data)) is not None:
-        kind, data, lower_case = "wordpiece", wordpiece[0], wordpiece[1] if lower_case is None else lower_case
+        kind, data = "wordpiece", wordpiece[0]
+        lower_case = wordpiece[1] if lower_case is None else lower_case  # its normalizer says
     if lower_case is None:
         lower_case = bool(tokenizer_config.get("do_lower_case", "uncased" in PurePosixPath(folder).name))
     vocab_file = VocabFile(kind, data, lower_case and kind == "wordpiece")
@@ -87,7 +87,7 @@ def read_release(folder: str, lower_case: bool | None = None) -> Release:
                 f"{config_path}: {key}_token {named!r}, but {PurePosixPath(path).name} has {found!r} in that "
                 f"role; bertbeam reads BERT's specials ({default}) or, in a tokenizer.json, RoBERTa's"
             )
-    return Release(PurePosixPath(folder).name, folder, vocab_file, path)
+    return Release(PurePosixPath(folder).name, vocab_file, path)
 
 
 def _bert_wordpiece(tokenizer_json: bytes) -> tuple[bytes, bool] | None:
