@@ -42,12 +42,18 @@ def random_model(layout: str, vocab_size: int, max_position: int, seed: int):
     kind = transformers.ElectraConfig if layout == "electra" else transformers.BertConfig
     sizes = dict(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=INNER)
     config = kind(vocab_size=vocab_size, max_position_embeddings=max_position, embedding_size=H, **sizes)
-    model = getattr(transformers, MODEL_CLASS[layout])(config).eval()
+    return randomized_torch(getattr(transformers, MODEL_CLASS[layout])(config).eval(), seed)
+
+
+def randomized_torch(model, seed: int, is_scale=lambda name: name.endswith("LayerNorm.weight")):
+    """`model` (a transformers model) with every parameter drawn from N(0, 0.2), the LayerNorm
+    scales (`is_scale` of a parameter's name) around 1: a weight mapped to the wrong place cannot
+    hide behind an initial zero or one."""
     rng = np.random.default_rng(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in model.named_parameters():  # tied weights come along once
             value = rng.normal(0.0, 0.2, tuple(p.shape))
-            p.copy_(torch.from_numpy((1.0 + value) if name.endswith("LayerNorm.weight") else value))
+            p.copy_(torch.from_numpy((1.0 + value) if is_scale(name) else value))
     return model
 
 

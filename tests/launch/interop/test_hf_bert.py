@@ -24,6 +24,7 @@ from pipeline import text
 from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile
 from tests.lazy import torch, transformers
+from tests.releases import randomized_torch
 
 H, HEADS, INNER, LAYERS, MAXPOS, T, P = 12, 3, 29, 2, 40, 33, 5
 TOLERANCE = 1e-4
@@ -151,13 +152,7 @@ def random_hf_model(cls, vocab_size: int, seed: int, hidden_act: str = "gelu"):
         vocab_size=vocab_size, hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
         intermediate_size=INNER, max_position_embeddings=MAXPOS, hidden_act=hidden_act,
     )  # fmt: skip
-    hf_model = cls(config).eval()
-    rng = np.random.default_rng(seed)
-    with torch.no_grad():
-        for name, p in hf_model.named_parameters():  # tied decoder weight and bias come along
-            value = rng.normal(0.0, 0.2, tuple(p.shape))
-            p.copy_(torch.from_numpy((1.0 + value) if name.endswith("LayerNorm.weight") else value))
-    return hf_model
+    return randomized_torch(cls(config).eval(), seed)
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])

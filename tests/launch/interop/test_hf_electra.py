@@ -25,6 +25,7 @@ from pipeline.masking import MaskingTables, mask_rows
 from pipeline.vocab import VocabFile
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
 from tests.lazy import torch, transformers
+from tests.releases import randomized_torch
 
 H, HEADS, INNER, LAYERS, MAXPOS, T, P = 12, 3, 29, 2, 40, 33, 5
 TOLERANCE = 1e-4
@@ -129,13 +130,7 @@ def random_discriminator(vocab_size: int, embedding_size: int, seed: int):
         vocab_size=vocab_size, embedding_size=embedding_size, hidden_size=H, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, intermediate_size=INNER, max_position_embeddings=MAXPOS,
     )  # fmt: skip
-    hf_model = transformers.ElectraForPreTraining(config).eval()
-    rng = np.random.default_rng(seed)
-    with torch.no_grad():
-        for name, p in hf_model.named_parameters():
-            value = rng.normal(0.0, 0.2, tuple(p.shape))
-            p.copy_(torch.from_numpy((1.0 + value) if name.endswith("LayerNorm.weight") else value))
-    return hf_model
+    return randomized_torch(transformers.ElectraForPreTraining(config).eval(), seed)
 
 
 def test_a_transformers_discriminator_loads_into_ours_with_the_same_outputs(wordpiece, rows, tmp_path):

@@ -20,6 +20,7 @@ from model.masked_lm import build_pretraining_model
 from pipeline import text
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
 from tests.lazy import torch, transformers
+from tests.releases import randomized_torch
 
 H, HEADS, INNER, LAYERS, WINDOW, T, P = 24, 3, 29, 4, 4, 23, 6
 TOLERANCE = 1e-4
@@ -157,13 +158,7 @@ def random_hf_model(vocab_size: int, seed: int, cls=None):
         cls_token_id=2,
         sep_token_id=3,
     )
-    hf_model = cls(config).eval()
-    rng = np.random.default_rng(seed)
-    with torch.no_grad():
-        for name, p in hf_model.named_parameters():
-            value = rng.normal(0.0, 0.2, tuple(p.shape))
-            p.copy_(torch.from_numpy((1.0 + value) if "norm" in name else value))
-    return hf_model
+    return randomized_torch(cls(config).eval(), seed, is_scale=lambda name: "norm" in name)
 
 
 def test_import_from_transformers_gives_the_same_logits(wordpiece, batch, tmp_path):
