@@ -21,7 +21,8 @@ vocab at seq_len 128, dynamic masking, batch 32, `BUDGET_MINUTES` of this machin
 - tapt: the task's own training texts without labels (Gururangan et al. 2020's TAPT);
 - dapt: the domain corpus; dapt+tapt: both;
 - tapt-nohw: tapt without the head warm-up (its effect); tapt-lr1e-4: at the rate the issue's
-  first attempt used (the rate's effect);
+  first attempt used (the rate's effect); tapt-m1 and tapt-lr1e-4-m1: the same without the fresh
+  head's 300x rate (the recipe's first form, run before the multiplier existed: cells renamed);
 - tapt-extend: tapt with --extend_vocab 300 (the extension's effect);
 - tapt-replay: tapt mixed 3:1 with general English (en_general), against forgetting.
 Forgetting: masked-LM accuracy on general English (en_general's validation split) with the head
@@ -72,6 +73,8 @@ VARIANTS = {
     "dapt+tapt": (("domain", "task"), "", []),
     "tapt-nohw": (("task",), "--head_warmup_steps 0", []),
     "tapt-lr1e-4": (("task",), "--learning_rate 1e-4", []),
+    "tapt-m1": (("task",), "--fresh_lr_multiplier 1", []),
+    "tapt-lr1e-4-m1": (("task",), "--learning_rate 1e-4 --fresh_lr_multiplier 1", []),
     "tapt-extend": (("task",), "", ["--extend_vocab", "300"]),
     "tapt-replay": (("task",), "--data {replay}", []),
 }
@@ -241,7 +244,8 @@ def cells(data: Path, out: Path) -> dict:
     """Every cell, in the order that reaches the headline comparison soonest: name -> thunk."""
     grid = {"calibrate": lambda: calibrate(data, out)}
     # tapt against the release first, then the rate the recipe is picked by, then the rest
-    order = ["tapt", "tapt-lr1e-4", "dapt", "dapt+tapt", "tapt-nohw", "tapt-extend", "tapt-replay"]
+    order = ["tapt", "tapt-lr1e-4", "dapt", "dapt+tapt", "tapt-nohw", "tapt-m1", "tapt-lr1e-4-m1",
+             "tapt-extend", "tapt-replay"]  # fmt: skip
     for task in TASKS:
         for rate in FT_RATES:
             grid[f"recipe-{task}-lr{rate:g}"] = lambda t=task: ft_rate(t, data, out)

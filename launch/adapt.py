@@ -27,10 +27,14 @@ from common.cli import Parser, first_paragraph, run_cli
 from common.errors import ConfigError
 
 # Continued pretraining's defaults: a release's encoder is protected by a low peak rate and by the
-# head warm-up, a tenth of the run each. bench/adapt.py's cells tapt (these), tapt-lr1e-4 (the
-# rate that lost 5 points in issue 36's first attempt) and tapt-nohw (no warm-up) test them.
+# head warm-up, a tenth of the run each; the fresh head learns 300x faster, or at 3e-5 it barely
+# learns at all (docs/benchmarks/adapt.md: 34 head-only steps leave it at a uniform guess at 1x,
+# masked-LM loss 10.6, and at 7.0 at 300x; 1000x gains 0.08 more). bench/adapt.py's cells tapt
+# (these), tapt-lr1e-4 (the rate that lost 5 points in issue 36's first attempt), tapt-nohw (no
+# warm-up) and tapt-m1 (no multiplier) test them.
 RECIPE = {
     "learning_rate": 3e-5,
+    "fresh_lr_multiplier": 300,  # the MLM head a release lacks: 9e-3 at the peak
     "warmup_fraction": 0.1,  # of --train_steps: the learning rate's linear warm-up
     "head_warmup_fraction": 0.1,  # of --train_steps: only what the release lacks trains
     "global_batch_size": 32,
@@ -81,6 +85,7 @@ def train_args(args, init_checkpoint: str, extra: list[str] = ()) -> list[str]:
         "--data", f"{args.output}/corpus", "--model_dir", f"{args.output}/run",
         "--init_checkpoint", init_checkpoint, "--train_steps", str(steps),
         "--learning_rate", str(RECIPE["learning_rate"]),
+        "--fresh_lr_multiplier", str(RECIPE["fresh_lr_multiplier"]),
         "--warmup_steps", str(round(RECIPE["warmup_fraction"] * steps)),
         "--head_warmup_steps", str(head), "--global_batch_size", str(RECIPE["global_batch_size"]),
         "--dynamic_masking", "--log_every", str(interval), "--checkpoint_every", str(interval * 5),

@@ -98,6 +98,10 @@ class TrainConfig:
         0, "with --init_checkpoint: the first N updates train only the weights that start fresh (the "
         "heads a release lacks), then everything trains; a multiple of --log_every",
     )  # fmt: skip
+    fresh_lr_multiplier: float = field(
+        1.0, "with --init_checkpoint: the weights that start fresh learn at this multiple of the rate "
+        "throughout (bert4keras's lr_multiplier: a fresh head at a release's low rate barely learns); adamw",
+    )  # fmt: skip
     peak_tflops: float | None = field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = field(True, "write model_dir/export/ at the end")
     trace_batches: bool = field(False, "debugging: a digest of every batch read, in model_dir/trace/")
@@ -132,6 +136,13 @@ class TrainConfig:
                 0 < steps < self.train_steps and steps % self.log_every == 0,
                 f"--head_warmup_steps {self.head_warmup_steps}: expected a multiple of --log_every "
                 f"{self.log_every} below --train_steps {self.train_steps}",
+            )
+        if self.fresh_lr_multiplier != 1.0:
+            need(
+                bool(self.init_checkpoint) and self.optimizer == "adamw" and self.fresh_lr_multiplier > 0,
+                f"--fresh_lr_multiplier {self.fresh_lr_multiplier}: expected > 0, with --init_checkpoint "
+                f"and --optimizer adamw (found {self.init_checkpoint or 'no --init_checkpoint'}, "
+                f"{self.optimizer})",
             )
         need(self.eval_steps >= 0, f"--eval_steps: expected >= 0, found {self.eval_steps}")
         need(self.learning_rate > 0, f"--learning_rate: expected > 0, found {self.learning_rate}")

@@ -75,6 +75,14 @@ class LayerwiseAdamW(keras.optimizers.AdamW):
         super().build(variables)
         self._factors = [self.lr_multipliers.get(v.path.split("/", 1)[0], 1.0) for v in variables]
 
+    def set_lr_multipliers(self, lr_multipliers: dict[str, float]) -> None:
+        """New factors for a built optimizer, before the train step is traced (pretraining learns
+        which layers start fresh only after the warm start, which comes after `build`)."""
+        self.lr_multipliers = dict(lr_multipliers)
+        self._factors = [
+            self.lr_multipliers.get(v.path.split("/", 1)[0], 1.0) for v in self._trainable_variables
+        ]
+
     def update_step(self, gradient, variable, learning_rate):
         factor = self._factors[self._get_variable_index(variable)]
         return super().update_step(gradient, variable, learning_rate * factor)
@@ -115,7 +123,8 @@ def build_optimizer(
     lr_multipliers: dict[str, float] | None = None,
 ) -> keras.optimizers.Optimizer:
     """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling). With
-    `lr_multipliers` (AdamW only), a learning rate per layer (`LayerwiseAdamW`).
+    `lr_multipliers` (AdamW only; {} too, for factors set after `build`), a learning rate per layer
+    (`LayerwiseAdamW`).
 
     Steps are optimizer updates. Keras (3.15) evaluates a schedule at its batch counter
     (`BaseOptimizer._get_current_learning_rate` passes `_iterations`, not `iterations`), which with
@@ -139,9 +148,9 @@ def build_optimizer(
         "gradient_accumulation_steps": grad_accum_steps if grad_accum_steps > 1 else None,
         "epsilon": 1e-6,
     }
-    if lr_multipliers and name != "adamw":
+    if lr_multipliers is not None and name != "adamw":
         raise ValueError(f"--optimizer {name}: per-layer learning rates are built for adamw")
-    if name == "adamw" and lr_multipliers:
+    if name == "adamw" and lr_multipliers is not None:
         optimizer = LayerwiseAdamW(lr_multipliers, **common)
     elif name == "adamw":
         optimizer = keras.optimizers.AdamW(**common)

@@ -143,6 +143,8 @@ def build(run: Run, stage: Stage | None = None) -> int:
             grad_accum_steps=config.grad_accum_steps,
             mixed_precision=config.mixed_precision,
             warmup_start=stage.phase.start if config.restart_warmup else 0,
+            # the layers are known after the warm start (below): `learn_fresh_faster`
+            lr_multipliers={} if config.fresh_lr_multiplier != 1.0 else None,
         )
         optimizer.build(run.model.trainable_variables)  # slots exist before a restore fills them
         objective.compile(
@@ -162,6 +164,8 @@ def build(run: Run, stage: Stage | None = None) -> int:
         if step == 0 and config.init_checkpoint:
             fresh = start_from_release(run, stage)
             run.write_dir.write_json(WARM_START, {"source": config.init_checkpoint, "fresh": fresh})
+        if config.fresh_lr_multiplier != 1.0:
+            learn_fresh_faster(run, optimizer)
         if config.head_warmup_steps:
             train_fresh_only(run, stage)
     run.write_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
@@ -188,6 +192,23 @@ def start_from_release(run: Run, stage: Stage) -> list[str]:
     return fresh
 
 
+def fresh_weights(run: Run) -> set[str]:
+    """The paths of the weights the warm start had none for: this process's own record (a fresh
+    run's, on any worker), else the chief's (a resumed run)."""
+    record = run.write_dir if tf.io.gfile.exists(run.write_dir.file(WARM_START)) else run.run_dir
+    return set(json.loads(record.read(WARM_START))["fresh"])
+
+
+def learn_fresh_faster(run: Run, optimizer) -> None:
+    """--fresh_lr_multiplier: the layers that started fresh learn at that multiple of the rate for
+    the whole run, in the head warm-up and after it."""
+    layers = layers_of(sorted(fresh_weights(run)))
+    factor = run.config.fresh_lr_multiplier
+    getattr(optimizer, "inner_optimizer", optimizer).set_lr_multipliers(dict.fromkeys(layers, factor))
+    if layers:
+        print(f"{', '.join(layers)} (fresh) learn at {factor:g} x the rate", flush=True)
+
+
 def train_fresh_only(run: Run, stage: Stage) -> None:
     """--head_warmup_steps: in the head-only phase, every weight the warm start filled is frozen
     (the optimizer was built with all of them, so its slots and checkpoints are the same in both
@@ -199,9 +220,7 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
         print(f"steps {phase.start}-{phase.end}: all {len(trainable)} weights train ({total:,} parameters)",
               flush=True)  # fmt: skip
         return
-    # This process's own record (a fresh run's, on any worker), else the chief's (a resumed run).
-    record = run.write_dir if tf.io.gfile.exists(run.write_dir.file(WARM_START)) else run.run_dir
-    fresh = set(json.loads(record.read(WARM_START))["fresh"])
+    fresh = fresh_weights(run)
     training = [v for v in trainable if v.path in fresh]
     if not training:
         source = run.config.init_checkpoint

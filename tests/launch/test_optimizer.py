@@ -121,3 +121,23 @@ def test_layerwise_adamw_scales_each_layers_first_step():
     assert LayerwiseAdamW.from_config(optimizer.get_config()).lr_multipliers == {"low": 0.25}
     with pytest.raises(ValueError, match="per-layer learning rates are built for adamw"):
         build_optimizer("lamb", learning_rate=1e-3, warmup_steps=1, total_steps=9, lr_multipliers={"a": 0.5})
+
+
+def test_multipliers_set_after_build_scale_the_next_step():
+    """Pretraining from a release learns which layers start fresh after the optimizer is built
+    (--fresh_lr_multiplier): factors set then still scale each layer's move, and the config
+    carries them."""
+    inputs = keras.Input((5,))
+    model = keras.Model(
+        inputs, keras.layers.Dense(3, name="head")(keras.layers.Dense(7, name="body")(inputs))
+    )
+    optimizer = build_optimizer("adamw", learning_rate=0.01, warmup_steps=0, total_steps=100,
+                                weight_decay=0.0, clipnorm=None, lr_multipliers={})  # fmt: skip
+    optimizer.build(model.trainable_variables)
+    optimizer.set_lr_multipliers({"head": 30.0})
+    before = {v.path: v.numpy().copy() for v in model.trainable_variables}
+    optimizer.apply_gradients([(np.full(v.shape, -2.0, "float32"), v) for v in model.trainable_variables])
+    for v in model.trainable_variables:
+        factor = 30.0 if v.path.startswith("head/") else 1.0
+        np.testing.assert_allclose(v.numpy() - before[v.path], 0.01 * factor, rtol=1e-4)
+    assert optimizer.get_config()["lr_multipliers"] == {"head": 30.0}

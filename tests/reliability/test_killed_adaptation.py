@@ -1,8 +1,9 @@
-"""Continued pretraining from a release with a head warm-up, SIGKILLed once during the warm-up and
-once after it, resumed each time by re-running the same command: it ends with the weights of an
-uninterrupted run, bit for bit, having read the same batches in the same order; and the switch from
-head-only to all weights does not restart the data (the stream is the one a run without the warm-up
-reads)."""
+"""Continued pretraining from a release with a head warm-up and a faster rate for the fresh head,
+SIGKILLed once during the warm-up and once after it, resumed each time by re-running the same
+command: it ends with the weights of an uninterrupted run, bit for bit (so a resumed run sets the
+fresh layers' rate again), having read the same batches in the same order; and the switch from
+head-only to all weights does not restart the data (the stream is the one a run without the
+warm-up reads)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def command(small_corpus, tmp_path_factory):
         return [
             sys.executable, "-m", "launch.pretrain", "--data", str(small_corpus),
             "--model_dir", str(model_dir), "--init_checkpoint", f"hf:{release}",
-            "--head_warmup_steps", str(head_steps), "--global_batch_size", "8",
+            "--head_warmup_steps", str(head_steps), "--fresh_lr_multiplier", "7", "--global_batch_size", "8",
             "--train_steps", str(TRAIN_STEPS), "--warmup_steps", "10", "--learning_rate", "1e-3",
             "--log_every", "5", "--checkpoint_every", "5", "--eval_every", "30", "--eval_steps", "2",
             "--dynamic_masking", "--trace_batches", "--no-export",

@@ -170,6 +170,15 @@ def test_extend_vocab_mistakes_are_one_line(flags, message):
         (["--head_warmup_steps", "10"], "--head_warmup_steps needs --init_checkpoint"),
         (["--init_checkpoint", "hf:r", "--head_warmup_steps", "15"], "expected a multiple of --log_every 10"),
         (["--init_checkpoint", "hf:r", "--head_warmup_steps", "50"], "below --train_steps 50"),
+        (["--fresh_lr_multiplier", "10"], "with --init_checkpoint .*found no --init_checkpoint"),
+        (
+            ["--init_checkpoint", "hf:r", "--fresh_lr_multiplier", "10", "--optimizer", "lamb"],
+            "found hf:r, lamb",
+        ),
+        (
+            ["--init_checkpoint", "hf:r", "--fresh_lr_multiplier", "-3"],
+            "--fresh_lr_multiplier -3.0: expected > 0",
+        ),
     ],
 )
 def test_head_warmup_mistakes_are_one_line(flags, message):
