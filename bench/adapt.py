@@ -25,6 +25,8 @@ vocab at seq_len 128, dynamic masking, batch 32, `BUDGET_MINUTES` of this machin
   head's 300x rate (the recipe's first form, run before the multiplier existed: cells renamed);
 - tapt-extend: tapt with --extend_vocab 300 (the extension's effect);
 - tapt-replay: tapt mixed 3:1 with general English (en_general), against forgetting.
+The fresh head's rate: `head` cells run the recipe's first 51 steps at each of HEAD_RATES x the
+rate for the weights that start fresh (--fresh_lr_multiplier).
 Forgetting: masked-LM accuracy on general English (en_general's validation split) with the head
 trained and the encoder still the release's (the end of the head warm-up) and at the end, with
 and without replay.
@@ -78,6 +80,7 @@ VARIANTS = {
     "tapt-extend": (("task",), "", ["--extend_vocab", "300"]),
     "tapt-replay": (("task",), "--data {replay}", []),
 }
+HEAD_RATES = (1, 30, 100, 300, 1000)  # --fresh_lr_multiplier values the `head` cells compare
 KEEP = "--keep_checkpoints 10"  # the head warm-up's last checkpoint stays, for the forgetting figures
 
 
@@ -151,6 +154,26 @@ def calibrate(data: Path, out: Path) -> dict:
 def budget_steps(data: Path, out: Path) -> int:
     rate = calibrate(data, out)["steps_per_s"]
     return max(100, round(rate * BUDGET_MINUTES * 60 / 20) * 20)
+
+
+def head_rate(multiplier: int, data: Path, out: Path) -> dict:
+    """How fast the fresh MLM head learns at `multiplier` x the recipe's rate: the recipe's first 51
+    steps of a 340-step TAPT run on rt (34 head-only at the warming rate, then 17 with everything),
+    the masked-LM loss and accuracy of each 17-step interval and on held-out text at step 51."""
+    name = f"head-rt-m{multiplier}"
+    if (found := CELLS.done(name)) is not None:
+        return found
+    folder, start = out / "head" / f"rt-m{multiplier}", time.time()
+    flags = (f"--warmup_steps 34 --head_warmup_steps 34 --log_every 17 --checkpoint_every 51 "
+             f"--eval_every 51 --fresh_lr_multiplier {multiplier} --no-export")  # fmt: skip
+    run(["-m", "launch.adapt", "--release", str(fetch(RELEASE, data)), "--input",
+         str(task_texts("rt", data, out)), "--output", str(folder), "--train_steps", "51",
+         "--train_args", flags])  # fmt: skip
+    rows = [json.loads(line) for line in (folder / "run" / "history.jsonl").read_text().splitlines()]
+    keys = ("step", "learning_rate", "loss", "mlm_accuracy")
+    result = {"intervals": [{k: r[k] for k in keys} for r in rows],
+              "eval": json.loads((folder / "run" / "eval.json").read_text())}  # fmt: skip
+    return CELLS.record(name, {"multiplier": multiplier, "flags": flags}, result, time.time() - start)
 
 
 def adapt(task: str, variant: str, data: Path, out: Path) -> Path:
@@ -243,6 +266,8 @@ def release_cell(task: str, seed: int, data: Path, out: Path) -> dict:
 def cells(data: Path, out: Path) -> dict:
     """Every cell, in the order that reaches the headline comparison soonest: name -> thunk."""
     grid = {"calibrate": lambda: calibrate(data, out)}
+    for multiplier in HEAD_RATES:
+        grid[f"head-rt-m{multiplier}"] = lambda m=multiplier: head_rate(m, data, out)
     # tapt against the release first, then the rate the recipe is picked by, then the rest
     order = ["tapt", "tapt-lr1e-4", "dapt", "dapt+tapt", "tapt-nohw", "tapt-m1", "tapt-lr1e-4-m1",
              "tapt-extend", "tapt-replay"]  # fmt: skip
@@ -294,8 +319,10 @@ def report(results: dict[str, dict]) -> dict:
                 row["beats_release_by_more_than_spread"] = row["gain"] > max(row["spread"], release["spread"])
         table[task] = rows
     forgetting = {name: r["forgetting"] for name, r in results.items() if name.startswith("adapt-")}
-    return {"tasks": table, "forgetting": forgetting, "rates": {k: v for k, v in results.items()
-                                                               if k.startswith("recipe-")}}  # fmt: skip
+    heads = {name: [(r["step"], round(r["loss"], 2), round(r["mlm_accuracy"], 3)) for r in cell["intervals"]]
+             for name, cell in results.items() if name.startswith("head-")}  # fmt: skip
+    rates = {k: v for k, v in results.items() if k.startswith("recipe-")}
+    return {"tasks": table, "forgetting": forgetting, "rates": rates, "head_rates": heads}
 
 
 def main() -> int:
