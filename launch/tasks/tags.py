@@ -1,0 +1,127 @@
+"""Tag schemes and entity-level figures for token tagging (NER).
+
+    scheme_of(["B-PER", "I-PER", "O"])            # "bio"; "bioes", "io" (BILOU reads as BIOES)
+    entities(["B-PER", "I-PER", "O", "I-LOC"])     # [("PER", 0, 2), ("LOC", 3, 4)]
+    bio_tags([("PER", 0, 2)], 4)                   # ["B-PER", "I-PER", "O", "O"]
+    entity_scores(gold, predicted)                 # micro and per-type precision, recall, F1
+
+An entity is (type, start, end), end exclusive, over whatever units the tags label (tokens, or
+characters once `launch/tasks/tagged.py` maps them to text). `entities` reads any of the schemes
+with conlleval's chunk rules, which seqeval's default mode also follows: a chunk starts at B or S,
+at I or E after O, E or S, and wherever the type changes; it ends after E or S, before B, S or O,
+and wherever the type changes. So a stray I-X after O opens an X entity rather than being dropped,
+and tests/launch/tasks/test_tags.py checks the figures against seqeval's on real predictions.
+Inside the project every scheme becomes entities, and entities become BIO for the model: one
+label set, one set of valid transitions, whatever the files used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from common.errors import BertbeamError
+
+SCHEMES = ("bio", "bioes", "io")
+# BILOU's L(ast) and U(nit) are BIOES's E and S.
+PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
+
+Entity = tuple[str, int, int]  # (type, start, end): end exclusive
+
+
+class TagError(BertbeamError):
+    """A tag no scheme reads; one line naming it."""
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """ "B-PER" -> ("B", "PER"), "O" -> ("O", ""); BILOU's L and U as E and S. Anything else, a
+    bare type included, is a TagError: guessing would mislabel silently."""
+    if tag == "O":
+        return "O", ""
+    prefix, dash, kind = tag.partition("-")
+    if not dash or prefix not in PREFIXES or not kind:
+        raise TagError(f"tag {tag!r}: expected O, or B-, I-, E-, S- (or BILOU's L-, U-) and a type")
+    return PREFIXES[prefix], kind
+
+
+def scheme_of(tags: Iterable[str]) -> str:
+    """The scheme a set of tags is written in: io (I and O only), bio, or bioes (any E or S)."""
+    prefixes = {split_tag(tag)[0] for tag in tags}
+    if prefixes & {"E", "S"}:
+        return "bioes"
+    return "bio" if "B" in prefixes else "io"
+
+
+def entities(tags: Sequence[str]) -> list[Entity]:
+    """The entities of one tag sequence by conlleval's chunk rules (module docstring)."""
+    found: list[Entity] = []
+    start, prev_prefix, prev_kind = None, "O", ""
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, kind = split_tag(tag)
+        type_changed = kind != prev_kind
+        ends = (
+            prev_prefix in "ES"
+            or (prev_prefix in "BI" and prefix in "BSO")
+            or (prev_prefix != "O" and type_changed)
+        )
+        starts = (
+            prefix in "BS" or (prefix in "IE" and prev_prefix in "ESO") or (prefix != "O" and type_changed)
+        )
+        if ends and start is not None:
+            found.append((prev_kind, start, i))
+            start = None
+        if starts:
+            start = i
+        prev_prefix, prev_kind = prefix, kind
+    return found
+
+
+def bio_tags(spans: Iterable[Entity], length: int) -> list[str]:
+    """BIO tags of `length` units for non-overlapping entities."""
+    tags = ["O"] * length
+    for kind, start, end in spans:
+        tags[start] = f"B-{kind}"
+        for i in range(start + 1, end):
+            tags[i] = f"I-{kind}"
+    return tags
+
+
+def bio_labels(types: Iterable[str]) -> list[str]:
+    """The model's label set for entity `types`: O first, then B- and I- of each type, sorted."""
+    return ["O", *(f"{p}-{t}" for t in sorted(set(types)) for p in "BI")]
+
+
+# === Figures ===
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    precision: float
+    recall: float
+    f1: float
+    support: int  # gold entities
+
+    @classmethod
+    def of(cls, correct: int, predicted: int, gold: int) -> Scores:
+        precision = correct / predicted if predicted else 0.0
+        recall = correct / gold if gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return cls(precision, recall, f1, gold)
+
+
+def entity_scores(gold: Sequence[Iterable[Entity]], predicted: Sequence[Iterable[Entity]]) -> dict:
+    """Exact-match entity figures over a set of examples (each a collection of entities):
+    {"micro": Scores, "per_type": {type: Scores}}; an entity counts only with its type, start and
+    end all right."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold examples against {len(predicted)} predicted")
+    correct, n_gold, n_predicted = Counter(), Counter(), Counter()
+    for truth, guess in zip(gold, predicted, strict=True):
+        truth, guess = set(truth), set(guess)
+        for counter, found in ((n_gold, truth), (n_predicted, guess), (correct, truth & guess)):
+            counter.update(kind for kind, _, _ in found)
+    types = sorted(set(n_gold) | set(n_predicted))
+    per_type = {t: Scores.of(correct[t], n_predicted[t], n_gold[t]) for t in types}
+    micro = Scores.of(sum(correct.values()), sum(n_predicted.values()), sum(n_gold.values()))
+    return {"micro": micro, "per_type": per_type}
