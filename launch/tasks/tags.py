@@ -21,6 +21,8 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from common.errors import BertbeamError
 
 SCHEMES = ("bio", "bioes", "io")
@@ -90,6 +92,22 @@ def bio_tags(spans: Iterable[Entity], length: int) -> list[str]:
 def bio_labels(types: Iterable[str]) -> list[str]:
     """The model's label set for entity `types`: O first, then B- and I- of each type, sorted."""
     return ["O", *(f"{p}-{t}" for t in sorted(set(types)) for p in "BI")]
+
+
+def bio_constraints(labels: Sequence[str], forbidden: float = -1e4) -> tuple[np.ndarray, np.ndarray]:
+    """Transition (from, to) and start scores that allow only valid BIO over `labels`: I-X only
+    after B-X or I-X, never first. Viterbi with them decodes a softmax tagger's scores into valid
+    sequences (`model/tasks/crf.py: viterbi`)."""
+    kinds = [split_tag(label) for label in labels]
+    transitions = np.zeros((len(labels), len(labels)), "float32")
+    start = np.zeros(len(labels), "float32")
+    for to, (prefix, kind) in enumerate(kinds):
+        if prefix == "I":
+            start[to] = forbidden
+            for before, (before_prefix, before_kind) in enumerate(kinds):
+                if before_kind != kind or before_prefix not in "BI":
+                    transitions[before, to] = forbidden
+    return transitions, start
 
 
 # === Figures ===

@@ -1,0 +1,36 @@
+"""The token tagger: every position's encoder output through dropout to one score per label, and
+for `crf` a linear-chain CRF on top (`crf.py`) that holds the label transitions.
+
+Shapes: B batch, T sequence (seq_len), H hidden, L labels.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from model.encoder import TASK_INPUTS
+from model.tasks.crf import CRF
+
+
+def build_tagger(
+    encoder: keras.Model, num_labels: int, dropout: float, seed: int, crf: bool = False
+) -> keras.Model:
+    """Encoder -> sequence output (B, T, H) -> dropout -> dense scores (B, T, L), float32 (the
+    CRF's emissions with `crf`). Each row is one document: document_ids = input_mask. The pooler
+    is not part of it: nothing reads [CLS] alone."""
+    seq_len = encoder.input["input_ids"].shape[1]
+    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
+    sequence = keras.Model(
+        encoder.input, {"sequence_output": encoder.output["sequence_output"]}, name=encoder.name
+    )
+    encoded = sequence({**inputs, "document_ids": inputs["input_mask"]})["sequence_output"]
+    x = keras.layers.Dropout(dropout, name="tagger_dropout")(encoded)
+    scores = keras.layers.Dense(
+        num_labels,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02, seed=seed),
+        dtype="float32",
+        name="tagger",
+    )(x)
+    if crf:
+        scores = CRF(num_labels, name="crf")(scores)
+    return keras.Model(inputs, scores, name="bert_tagger")
