@@ -46,65 +46,20 @@ import tensorflow as tf
 
 from common.cli import Parser, add_arguments, first_paragraph, run_cli
 from common.errors import ConfigError
-from launch.checkpoints import CheckpointError, layers_of
-from launch.interop.formats import HF_PREFIX, config_beside, load_weights, locate, read_bert_config
-from launch.optimizer import build_optimizer, layer_decay_multipliers
-from launch.run_dir import RunDir
+from launch.checkpoints import layers_of
 from launch.serving import save_keras, save_task
 from launch.strategy import choose_strategy
 from launch.tasks.classification import evaluate_splits, padded, plot_confusion, predictions
-from launch.tasks.config import FinetuneConfig, FinetuneError, default_learning_rate
+from launch.tasks.config import FinetuneConfig, FinetuneError
 from launch.tasks.labelled import label_names, read_examples
+from launch.tasks.pretrained import Pretrained, pretrained, task_optimizer
 from launch.tasks.text_encoder import TextEncoder
-from model.config import BertConfig
 from model.encoder import build_encoder
 from model.tasks.classifier import build_classifier, default_pooling
 from pipeline.files import write_atomically
-from pipeline.release import read_release
-from pipeline.vocab import VocabError, VocabFile
 
 CLASSIFIER = "classifier.keras"
 SERVING = "serving"
-
-
-# === Where the encoder comes from ===
-
-
-@dataclasses.dataclass(frozen=True)
-class Pretrained:
-    bert: BertConfig
-    vocab_file: VocabFile
-    weights: str  # a bertbeam checkpoint prefix, hf:DIR, or a Google checkpoint
-    objective: str = "mlm"  # what trained it (a bertbeam run's --objective; else its format's)
-
-    def load(self, encoder: keras.Model) -> list[str]:
-        """The source's weights into `encoder` (`build_encoder`'s); returns the layers it has no
-        weights for, which keep their fresh values (a pooler a run without NSP never trained)."""
-        return load_weights(encoder, self.weights)
-
-
-def pretrained(config: FinetuneConfig) -> Pretrained:
-    """Where the encoder comes from: the run of --model_dir (its checkpoint, shape and the vocab
-    its corpus was built with), or the release of --init_checkpoint (any format of
-    `interop/formats.py`, with its config and vocab beside the weights)."""
-    if config.model_dir:
-        run = RunDir(config.model_dir)
-        manifest = run.read_corpus()  # the run's own copy: a moved corpus folder does not matter
-        path = config.checkpoint or run.latest_checkpoint()
-        objective = run.read_config().objective
-        return Pretrained(run.read_bert_config(), VocabFile.of_corpus(manifest), path, objective)
-    source = config.init_checkpoint.rstrip("/")
-    try:
-        fmt, location = locate(source)
-        bert_config = config.bert_config or config_beside(source)
-        if bert_config is None:
-            raise FinetuneError(f"no {fmt.config_file} beside the weights; pass --bert_config FILE")
-        lower_case = {"auto": None, "true": True, "false": False}[config.lower_case]
-        folder = location if source.startswith(HF_PREFIX) else location.rsplit("/", 1)[0]
-        vocab_file = read_release(folder, lower_case).vocab_file
-    except (CheckpointError, FinetuneError, VocabError) as e:
-        raise FinetuneError(f"--init_checkpoint {source}: {e}") from None
-    return Pretrained(read_bert_config(bert_config), vocab_file, source, fmt.objective)
 
 
 # === Model ===
@@ -121,20 +76,7 @@ def build_model(config: FinetuneConfig, source: Pretrained, num_labels: int, tot
         default_pooling("pooler" not in fresh, source.bert) if config.pooling == "auto" else config.pooling
     )
     classifier = build_classifier(encoder, num_labels, source.bert.dropout, config.seed, pooling)
-    decay = 1.0 if config.from_scratch else config.layer_decay
-    learning_rate = config.learning_rate or default_learning_rate(source.bert.hidden_size)
-    multipliers = None
-    if decay != 1.0:
-        layers = layers_of([w.path for w in classifier.trainable_weights])
-        multipliers = layer_decay_multipliers(layers, source.bert.num_layers, decay)
-    optimizer = build_optimizer(
-        "adamw",
-        learning_rate=learning_rate,
-        warmup_steps=int(total_steps * config.warmup_fraction),
-        total_steps=total_steps,
-        weight_decay=config.weight_decay,
-        lr_multipliers=multipliers,
-    )
+    optimizer, learning_rate, decay = task_optimizer(config, source, classifier, total_steps)
     classifier.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -164,6 +106,10 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         raise FinetuneError(
             f"--seq_len {config.seq_len}: longer than the model's max_position {source.bert.max_position}"
         )
+    if config.task == "tag":
+        from launch.tasks.tag_finetune import finetune_tags
+
+        return finetune_tags(config, source)
     spec = config.labelled_format
     train_ex = read_examples(config.source(config.train), spec)
     names = label_names(train_ex.labels)
@@ -280,10 +226,13 @@ def _finetune(argv: list[str] | None) -> None:
     args = parser().parse_args(argv)
     summary = finetune(FinetuneConfig(**vars(args)))
     print(json.dumps(summary, indent=2, sort_keys=True))
-    print(
-        f"done: {summary['split']} accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f} "
-        f"(best epoch {summary['best_epoch']}); {summary['output']}/eval.json"
+    figures = (
+        f"entity F1 {summary['entity_f1']:.4f}"
+        if "entity_f1" in summary
+        else f"accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f}"
     )
+    best = f"best epoch {summary['best_epoch']}"
+    print(f"done: {summary['split']} {figures} ({best}); {summary['output']}/eval.json")
 
 
 def main(argv: list[str] | None = None) -> int:

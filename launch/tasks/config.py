@@ -29,7 +29,11 @@ class FinetuneError(BertbeamError):
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
     train: str = field(
-        None, "labelled training file (JSONL, TSV, CSV), or a split with --tfds_name", required=True
+        None, "labelled training file (JSONL, TSV, CSV; for --task tag CoNLL or JSONL), or a split with "
+        "--tfds_name", required=True,
+    )  # fmt: skip
+    task: Literal["classify", "tag"] = field(
+        "classify", "classify: a label per text (or pair); tag: a label per word, entities (NER)"
     )
     validation: str = field(None, "labelled file (or split) that picks the best epoch", required=True)
     test: str | None = field(None, "labelled file (or split) reported as the headline figure")
@@ -69,6 +73,25 @@ class FinetuneConfig:
         "with --from_scratch",
     )  # fmt: skip
     seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
+    doc_stride: int | None = field(
+        None, "--task tag: a longer text is read in windows of --seq_len this many pieces apart "
+        "(default: half of --seq_len); each word is predicted where it has the most context",
+    )  # fmt: skip
+    crf: bool = field(
+        False, "--task tag: a linear-chain CRF on the tagger (else softmax; both decode valid BIO)"
+    )
+    crf_lr_multiplier: float = field(
+        100.0, "--task tag --crf: the CRF's transitions learn at this times the rate (bert4keras's "
+        "lr_multiplier: at the encoder's rate they barely move)",
+    )  # fmt: skip
+    label_all_pieces: bool = field(
+        False,
+        "--task tag: every piece of a word carries its label (B- as I- after the first), not the first only",
+    )
+    on_bad_row: Literal["error", "skip"] = field(
+        "error", "--task tag: a bad row stops the run with one line naming file and line, or is skipped and "
+        "counted in eval.json",
+    )  # fmt: skip
     global_batch_size: int = field(32, "examples per step over all replicas")
     epochs: int = field(3, "passes over the training examples")
     learning_rate: float | None = field(
@@ -101,6 +124,25 @@ class FinetuneConfig:
             0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
         )
         need(self.strategy in KINDS, f"--strategy {self.strategy}: expected one of {', '.join(KINDS)}")
+        if self.task != "tag":
+            for flag in ("crf", "label_all_pieces", "doc_stride"):
+                need(getattr(self, flag) in (None, False), f"--{flag} goes with --task tag")
+        else:
+            need(not self.tfds_name and not self.text_pair_field,
+                 "--task tag reads CoNLL or JSONL files: no --tfds_name or --text_pair_field")  # fmt: skip
+            stride = f"--doc_stride {self.doc_stride}"
+            need(
+                0 < self.stride < self.seq_len - 2,
+                f"{stride}: expected 1 to --seq_len - 3 ({self.seq_len - 3})",
+            )
+            need(
+                self.crf_lr_multiplier > 0,
+                f"--crf_lr_multiplier: expected > 0, found {self.crf_lr_multiplier}",
+            )
+
+    @property
+    def stride(self) -> int:
+        return self.doc_stride or self.seq_len // 2
 
     @property
     def run_name(self) -> str:

@@ -1,0 +1,168 @@
+"""`launch.finetune --task tag`: a token tagger (NER) on a pretrained encoder, judged by entity F1.
+
+Reads CoNLL or JSONL (`tagged.py`), puts the character-level entities onto the vocab's pieces as
+BIO (`alignment.py`, `tagging.py`), trains the tagger (`model/tasks/tagger.py`; `--crf` adds a
+CRF whose transitions learn at --crf_lr_multiplier x the rate) with Keras `fit` under the run's
+strategy and XLA, keeps the epoch with the best validation entity F1, and writes to the output
+folder:
+  eval.json      entity F1, precision, recall, per type, unaligned entities, bad rows, on the
+                 validation split and under "test"; the recipe (labels, scheme, crf, rate, ...)
+  errors.jsonl   the first 50 examples (test, else validation) with an entity missed or wrong
+  tagger.keras   the tagger, uncompiled (`import model` registers its layers)
+  config.json, history.jsonl  as for classification
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import keras
+import tensorflow as tf
+
+from common.errors import ConfigError
+from launch.checkpoints import layers_of
+from launch.serving import save_keras
+from launch.strategy import choose_strategy
+from launch.tasks.alignment import IGNORE
+from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.pretrained import Pretrained, task_optimizer
+from launch.tasks.tagged import read_tagged
+from launch.tasks.tagging import (
+    EntityF1,
+    decoded_labels,
+    decoder,
+    encode_tagged,
+    error_samples,
+    predicted_entities,
+    tag_figures,
+)
+from launch.tasks.tags import bio_labels
+from model.encoder import build_encoder
+from model.tasks.crf import CRFLoss
+from model.tasks.tagger import build_tagger
+from pipeline.files import write_atomically
+
+TAGGER = "tagger.keras"
+
+
+def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: int, total_steps: int):
+    """The tagger on `source`'s encoder (random weights with --from_scratch), compiled; the recipe."""
+    encoder = build_encoder(source.bert, config.seq_len)
+    fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
+    tagger = build_tagger(encoder, num_labels, source.bert.dropout, config.seed, crf=config.crf)
+    faster = {"crf": config.crf_lr_multiplier} if config.crf else None
+    optimizer, learning_rate, decay = task_optimizer(config, source, tagger, total_steps, faster)
+    if config.crf:
+        loss = CRFLoss(tagger.get_layer("crf"))
+    else:  # the unlabelled pieces, [CLS], [SEP] and padding count nowhere
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
+    tagger.compile(optimizer=optimizer, loss=loss, jit_compile=config.jit_compile)
+    recipe = {
+        "task": "tag",
+        "objective": None if config.from_scratch else source.objective,
+        "crf": config.crf,
+        "layer_decay": decay,
+        "learning_rate": learning_rate,
+        "fresh": [layer for layer in fresh if layer != "pooler"]
+        + ["tagger"]
+        + (["crf"] if config.crf else []),
+    }
+    return tagger, recipe
+
+
+def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
+    started = time.time()
+    paths = {"train": config.train, "validation": config.validation, "test": config.test}
+    found = {split: read_tagged(path, on_bad_row=config.on_bad_row) for split, path in paths.items() if path}
+    train = found["train"]
+    if not train.types:
+        raise FinetuneError(f"--train {config.train}: no entity in it; a tagger needs at least one type")
+    labels = bio_labels(train.types)
+    vocab = source.vocab_file.load()
+    data = {
+        split: encode_tagged(
+            tagged.examples, vocab, labels, config.seq_len, config.stride, config.label_all_pieces
+        )
+        for split, tagged in found.items()
+    }
+    batch = config.global_batch_size
+    steps_per_epoch = len(data["train"]) // batch
+    if steps_per_epoch == 0:
+        raise FinetuneError(
+            f"--train {config.train}: {len(data['train'])} windows, fewer than one batch of {batch}"
+        )
+
+    keras.utils.set_random_seed(config.seed)
+    strategy = choose_strategy(config.strategy, config.tpu)
+    if batch % strategy.num_replicas_in_sync:
+        raise ConfigError(
+            f"--global_batch_size {batch}: not divisible by the {strategy.num_replicas_in_sync} replicas"
+        )
+    with strategy.scope():
+        tagger, recipe = build_tagger_model(config, source, len(labels), steps_per_epoch * config.epochs)
+    windows = {split: len(d) for split, d in data.items()}
+    recipe |= {"labels": labels, "scheme": train.scheme, "label_all_pieces": config.label_all_pieces,
+               "doc_stride": config.stride, "windows": windows}  # fmt: skip
+    train_data = data["train"]
+    train_ds = (
+        tf.data.Dataset.from_tensor_slices((train_data.features, train_data.labels))
+        .shuffle(len(train_data), seed=config.seed, reshuffle_each_iteration=True)
+        .batch(batch, drop_remainder=True)  # static shapes: every step the same (B, T)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    decode = decoder(tagger, labels, config.crf, config.jit_compile)
+    validation = EntityF1(decode, data["validation"], found["validation"].examples, labels, batch)
+    best = keras.callbacks.EarlyStopping(
+        monitor="val_entity_f1", mode="max", patience=config.epochs, restore_best_weights=True
+    )
+    print(
+        f"fine-tuning a tagger{' with a CRF' if config.crf else ''} from "
+        f"{'scratch' if config.from_scratch else source.weights} on {config.train}: {len(train)} examples "
+        f"({len(train_data)} windows), {len(labels)} labels ({train.scheme}), {config.epochs} epochs of "
+        f"{steps_per_epoch} steps; learning rate {recipe['learning_rate']:g}, "
+        f"layer decay {recipe['layer_decay']:g}",
+        flush=True,
+    )
+    history = tagger.fit(
+        train_ds, epochs=config.epochs, callbacks=[validation, best], shuffle=False, verbose=2
+    )
+
+    results, errors_of = {}, None
+    for split in ("validation", "test"):
+        if split in data:
+            predicted = predicted_entities(data[split], decoded_labels(decode, data[split], batch), labels)
+            figures = tag_figures(found[split].examples, predicted, data[split].lost)
+            if split == "validation":
+                results.update(figures)
+            else:
+                results["test"] = figures
+            errors_of = (found[split].examples, predicted)
+    results["best_epoch"] = int(best.best_epoch) + 1
+    results["recipe"] = recipe
+    results["bad_rows"] = {split: tagged.bad_rows for split, tagged in found.items()}
+    out = config.output_dir
+    write_atomically(f"{out}/eval.json", json.dumps(results, indent=2, sort_keys=True))
+    write_atomically(f"{out}/errors.jsonl", error_samples(*errors_of))
+    rows = [
+        {"epoch": e + 1, **{k: float(v[e]) for k, v in history.history.items()}}
+        for e in range(len(history.history["loss"]))
+    ]
+    write_atomically(f"{out}/history.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    write_atomically(
+        f"{out}/config.json",
+        json.dumps({"config": dataclasses.asdict(config), "labels": labels, "encoder": source.weights,
+                    "vocab": {"kind": source.vocab_file.kind, "lower_case": source.vocab_file.lower_case}},
+                   indent=2, sort_keys=True),
+    )  # fmt: skip
+    if config.export:
+        save_keras(tagger, f"{out}/{TAGGER}")
+    headline = results.get("test", results)
+    return {
+        "output": out,
+        "entity_f1": headline["entity_f1"],
+        "split": "test" if "test" in results else "validation",
+        "best_epoch": results["best_epoch"],
+        "seconds": round(time.time() - started, 1),
+    }
