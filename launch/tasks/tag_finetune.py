@@ -9,6 +9,8 @@ folder:
                  validation split and under "test"; the recipe (labels, scheme, crf, rate, ...)
   errors.jsonl   the first 50 examples (test, else validation) with an entity missed or wrong
   tagger.keras   the tagger, uncompiled (`import model` registers its layers)
+  hf/            a softmax BERT tagger as transformers' BertForTokenClassification (labels in
+                 its config's id2label), with the tokenizer
   config.json, history.jsonl  as for classification
 """
 
@@ -45,6 +47,7 @@ from model.tasks.tagger import build_tagger
 from pipeline.files import write_atomically
 
 TAGGER = "tagger.keras"
+HF_FOLDER = "hf"  # BertForTokenClassification
 
 
 def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: int, total_steps: int):
@@ -70,6 +73,24 @@ def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: i
         + (["crf"] if config.crf else []),
     }
     return tagger, recipe
+
+
+def export(
+    config: FinetuneConfig, source: Pretrained, tagger: keras.Model, labels: list[str], out: str
+) -> None:
+    """A softmax BERT tagger also as transformers' BertForTokenClassification in out/hf/; what has
+    no such form (a CRF, ModernBERT, a projected embedding) says so in one line."""
+    from launch.interop.google import GoogleCheckpointError
+    from launch.interop.hf_bert import save_hf_tagger
+    from launch.interop.hf_folder import HFCheckpointError
+
+    if source.bert.modern:
+        print("note: no Hugging Face export of a ModernBERT tagger yet; tagger.keras holds it", flush=True)
+        return
+    try:
+        save_hf_tagger(tagger, source.bert, source.vocab_file, labels, f"{out}/{HF_FOLDER}")
+    except (HFCheckpointError, GoogleCheckpointError) as e:
+        print(f"note: no Hugging Face export: {e}; tagger.keras holds the tagger", flush=True)
 
 
 def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
@@ -157,7 +178,7 @@ def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
                    indent=2, sort_keys=True),
     )  # fmt: skip
     if config.export:
-        save_keras(tagger, f"{out}/{TAGGER}")
+        export(config, source, save_keras(tagger, f"{out}/{TAGGER}"), labels, out)
     headline = results.get("test", results)
     return {
         "output": out,

@@ -13,6 +13,7 @@ import pytest
 from launch.finetune import finetune
 from launch.tasks.config import FinetuneConfig
 from launch.tasks.tagged import words_of
+from pipeline.vocab import VocabFile
 from tests.launch.tasks.test_tagging import botchan_examples
 from tests.releases import write_release
 
@@ -76,3 +77,27 @@ def test_a_tagger_learns_the_names(files, tmp_path, crf):
     x = {"input_ids": np.full((2, 24), 7, "int32"), "input_mask": np.ones((2, 24), "int32"),
          "segment_ids": np.zeros((2, 24), "int32")}  # fmt: skip
     assert tagger.predict(x, verbose=0).shape == (2, 24, 5)
+    assert (out / "hf").exists() != crf  # transformers has no CRF
+    if not crf:
+        hf_parity(out, tagger, recipe["labels"])
+
+
+def hf_parity(out, tagger, labels):
+    """The export loads in transformers as BertForTokenClassification with the labels, and its
+    tokenizer and logits are ours (within 1e-4) on real text."""
+    import torch
+    import transformers
+
+    hf = transformers.BertForTokenClassification.from_pretrained(str(out / "hf")).eval()
+    assert [hf.config.id2label[i] for i in range(len(labels))] == labels
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out / "hf"))
+    text = "Kiyo said the Red Shirt had gone to Tokyo."
+    ours = VocabFile("wordpiece", (out / "hf" / "vocab.txt").read_bytes(), True).load().encode([text])[0]
+    assert tokenizer(text, add_special_tokens=False)["input_ids"] == ours
+    batch = tokenizer([text], padding="max_length", max_length=24, return_tensors="np")
+    names = {"input_ids": "input_ids", "input_mask": "attention_mask", "segment_ids": "token_type_ids"}
+    x = {ours: batch[theirs].astype("int32") for ours, theirs in names.items()}
+    with torch.no_grad():
+        theirs = hf(**{k: torch.tensor(v) for k, v in batch.items()}).logits.numpy()
+    mask = x["input_mask"].astype(bool)
+    np.testing.assert_allclose(theirs[mask], tagger.predict(x, verbose=0)[mask], atol=1e-4)
