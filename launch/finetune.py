@@ -110,6 +110,10 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         from launch.tasks.tag_finetune import finetune_tags
 
         return finetune_tags(config, source)
+    if config.task == "span":
+        from launch.tasks.span_finetune import finetune_spans
+
+        return finetune_spans(config, source)
     spec = config.labelled_format
     train_ex = read_examples(config.source(config.train), spec)
     names = label_names(train_ex.labels)
@@ -226,11 +230,12 @@ def _finetune(argv: list[str] | None) -> None:
     args = parser().parse_args(argv)
     summary = finetune(FinetuneConfig(**vars(args)))
     print(json.dumps(summary, indent=2, sort_keys=True))
-    figures = (
-        f"entity F1 {summary['entity_f1']:.4f}"
-        if "entity_f1" in summary
-        else f"accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f}"
-    )
+    if "entity_f1" in summary:
+        figures = f"entity F1 {summary['entity_f1']:.4f}"
+    elif "exact_match" in summary:
+        figures = f"exact match {summary['exact_match']:.4f}, F1 {summary['f1']:.4f}"
+    else:
+        figures = f"accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f}"
     best = f"best epoch {summary['best_epoch']}"
     print(f"done: {summary['split']} {figures} ({best}); {summary['output']}/eval.json")
 

@@ -2,7 +2,7 @@
 model.safetensors + tokenizer; `hf_folder.py` writes and reads them).
 
     save_hf(model, bert, vocab_file, "out/hf")      # transformers.BertForMaskedLM.from_pretrained
-    save_hf_tagger(tagger, bert, vocab_file, labels, "out/ner/hf")   # BertForTokenClassification
+    save_hf_task(tagger, bert, vocab_file, "out/ner/hf", head="tagger", ...)  # BertForTokenClassification
     load_hf_checkpoint(model, "out/hf")             # warm start (--init_checkpoint hf:out/hf)
 
 Names and layouts go through Google's (`google.py`), which differ from Hugging Face's in a fixed
@@ -107,33 +107,35 @@ def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder:
     write_hf_folder(folder, config, hf_tensors(model), vocab_file, bert.max_position)
 
 
-def save_hf_tagger(tagger: keras.Model, bert: BertConfig, vocab_file: VocabFile, labels: list[str],
-                   folder: str) -> None:  # fmt: skip
-    """A softmax tagger (`model/tasks/tagger.py`) as `BertForTokenClassification`: the encoder's
-    weights under `bert.`, the tagger's dense layer as `classifier` (the kernel transposed, as every
-    Linear), the labels as id2label. A CRF has no place there: transformers' head is per token."""
-    if "crf" in {layer.name for layer in tagger.layers}:
+def save_hf_task(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str, *, head: str,
+                 architecture: str, hf_head: str, config: dict | None = None) -> None:  # fmt: skip
+    """A fine-tuned task model (`model/tasks/`) as transformers' `architecture`: the encoder's
+    weights under `bert.`, the dense layer `head` as `hf_head` (its kernel transposed, as every
+    Linear), `config` added to config.json: a softmax tagger as BertForTokenClassification
+    (`classifier`), a span extractor as BertForQuestionAnswering (`qa_outputs`). A CRF has no
+    place there: transformers' token head is per token."""
+    if "crf" in {layer.name for layer in model.layers}:
         raise HFCheckpointError(
             "a CRF tagger: transformers' BertForTokenClassification has no CRF to hold it"
         )
-    encoder = next(layer for layer in tagger.layers if isinstance(layer, keras.Model))
+    encoder = next(layer for layer in model.layers if isinstance(layer, keras.Model))
     rows = [
         m
         for m in mappings(encoder)
         if m.google.startswith("bert/") and not m.google.startswith("bert/pooler/")
     ]
     tensors = tensors_of(encoder, hf_rows(rows))
-    dense = tagger.get_layer("tagger")
-    tensors["classifier.weight"] = np.ascontiguousarray(
+    dense = model.get_layer(head)
+    tensors[f"{hf_head}.weight"] = np.ascontiguousarray(
         keras.ops.convert_to_numpy(dense.kernel).T, np.float32
     )
-    tensors["classifier.bias"] = np.ascontiguousarray(keras.ops.convert_to_numpy(dense.bias), np.float32)
-    config = hf_config(bert, vocab_file.load().special_ids["pad"]) | {
-        "architectures": ["BertForTokenClassification"],
-        "id2label": dict(enumerate(labels)),
-        "label2id": {label: i for i, label in enumerate(labels)},
-    }
-    write_hf_folder(folder, config, tensors, vocab_file, bert.max_position)
+    tensors[f"{hf_head}.bias"] = np.ascontiguousarray(keras.ops.convert_to_numpy(dense.bias), np.float32)
+    full = (
+        hf_config(bert, vocab_file.load().special_ids["pad"])
+        | {"architectures": [architecture]}
+        | (config or {})
+    )
+    write_hf_folder(folder, full, tensors, vocab_file, bert.max_position)
 
 
 # === In ===

@@ -32,9 +32,10 @@ class FinetuneConfig:
         None, "labelled training file (JSONL, TSV, CSV; for --task tag CoNLL or JSONL), or a split with "
         "--tfds_name", required=True,
     )  # fmt: skip
-    task: Literal["classify", "tag"] = field(
-        "classify", "classify: a label per text (or pair); tag: a label per word, entities (NER)"
-    )
+    task: Literal["classify", "tag", "span"] = field(
+        "classify", "classify: a label per text (or pair); tag: a label per word, entities (NER); span: "
+        "the answer's span in a context (SQuAD-shaped JSON)",
+    )  # fmt: skip
     validation: str = field(None, "labelled file (or split) that picks the best epoch", required=True)
     test: str | None = field(None, "labelled file (or split) reported as the headline figure")
     model_dir: str | None = field(None, "a launch.pretrain run: its newest checkpoint, vocab and shape")
@@ -74,8 +75,8 @@ class FinetuneConfig:
     )  # fmt: skip
     seq_len: int = field(128, "tokens per example, [CLS] and [SEP] included")
     doc_stride: int | None = field(
-        None, "--task tag: a longer text is read in windows of --seq_len this many pieces apart "
-        "(default: half of --seq_len); each word is predicted where it has the most context",
+        None, "--task tag|span: a longer text is read in windows of --seq_len this many pieces apart "
+        "(default: half of --seq_len); each piece is predicted where it has the most context",
     )  # fmt: skip
     crf: bool = field(
         False, "--task tag: a linear-chain CRF on the tagger (else softmax; both decode valid BIO)"
@@ -88,9 +89,19 @@ class FinetuneConfig:
         False,
         "--task tag: every piece of a word carries its label (B- as I- after the first), not the first only",
     )
+    max_query_length: int = field(64, "--task span: question pieces kept (the rest cut)")
+    max_answer_length: int = field(30, "--task span: the longest answer, in pieces")
+    n_best: int = field(20, "--task span: starts and ends ranked per window")
+    null_threshold: float = field(
+        0.0, "--task span with unanswerable questions: 'no answer' wins when its score beats the best "
+        "span's by more than this",
+    )  # fmt: skip
+    span_metric: Literal["auto", "squad", "cmrc"] = field(
+        "auto", "--task span: SQuAD's exact match and F1, or CMRC 2018's (Chinese); auto: by the contexts"
+    )
     on_bad_row: Literal["error", "skip"] = field(
-        "error", "--task tag: a bad row stops the run with one line naming file and line, or is skipped and "
-        "counted in eval.json",
+        "error", "--task tag|span: a bad row stops the run with one line naming file and line, or is "
+        "skipped and counted in eval.json",
     )  # fmt: skip
     global_batch_size: int = field(32, "examples per step over all replicas")
     epochs: int = field(3, "passes over the training examples")
@@ -124,21 +135,28 @@ class FinetuneConfig:
             0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
         )
         need(self.strategy in KINDS, f"--strategy {self.strategy}: expected one of {', '.join(KINDS)}")
+        self._check_task_flags()
+
+    def _check_task_flags(self) -> None:
+        """Each task's own flags only with it; windows that hold at least one piece of text."""
         if self.task != "tag":
-            for flag in ("crf", "label_all_pieces", "doc_stride"):
-                need(getattr(self, flag) in (None, False), f"--{flag} goes with --task tag")
-        else:
-            need(not self.tfds_name and not self.text_pair_field,
-                 "--task tag reads CoNLL or JSONL files: no --tfds_name or --text_pair_field")  # fmt: skip
-            stride = f"--doc_stride {self.doc_stride}"
-            need(
-                0 < self.stride < self.seq_len - 2,
-                f"{stride}: expected 1 to --seq_len - 3 ({self.seq_len - 3})",
-            )
-            need(
-                self.crf_lr_multiplier > 0,
-                f"--crf_lr_multiplier: expected > 0, found {self.crf_lr_multiplier}",
-            )
+            for flag in ("crf", "label_all_pieces"):
+                need(not getattr(self, flag), f"--{flag} goes with --task tag")
+        if self.task == "classify":
+            need(self.doc_stride is None, "--doc_stride goes with --task tag or span")
+            return
+        need(not self.tfds_name and not self.text_pair_field,
+             f"--task {self.task} reads its own files: no --tfds_name or --text_pair_field")  # fmt: skip
+        stride = f"--doc_stride {self.doc_stride}"
+        need(
+            0 < self.stride < self.seq_len - 2, f"{stride}: expected 1 to --seq_len - 3 ({self.seq_len - 3})"
+        )
+        need(self.crf_lr_multiplier > 0, f"--crf_lr_multiplier: expected > 0, found {self.crf_lr_multiplier}")
+        if self.task == "span":
+            need(0 < self.max_query_length < self.seq_len - 3,
+                 f"--max_query_length {self.max_query_length}: expected 1 to --seq_len - 4")  # fmt: skip
+            for name in ("max_answer_length", "n_best"):
+                need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
 
     @property
     def stride(self) -> int:

@@ -81,14 +81,17 @@ def export(
     """A softmax BERT tagger also as transformers' BertForTokenClassification in out/hf/; what has
     no such form (a CRF, ModernBERT, a projected embedding) says so in one line."""
     from launch.interop.google import GoogleCheckpointError
-    from launch.interop.hf_bert import save_hf_tagger
+    from launch.interop.hf_bert import save_hf_task
     from launch.interop.hf_folder import HFCheckpointError
 
     if source.bert.modern:
         print("note: no Hugging Face export of a ModernBERT tagger yet; tagger.keras holds it", flush=True)
         return
     try:
-        save_hf_tagger(tagger, source.bert, source.vocab_file, labels, f"{out}/{HF_FOLDER}")
+        names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+        save_hf_task(tagger, source.bert, source.vocab_file, f"{out}/{HF_FOLDER}", head="tagger",
+                     architecture="BertForTokenClassification", hf_head="classifier",
+                     config=names)  # fmt: skip
     except (HFCheckpointError, GoogleCheckpointError) as e:
         print(f"note: no Hugging Face export: {e}; tagger.keras holds the tagger", flush=True)
 

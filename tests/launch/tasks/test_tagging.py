@@ -74,7 +74,10 @@ def test_a_wrong_unit_costs_exactly_its_entity(botchan, botchan_wordpiece):
         ({"crf": True}, "--crf goes with --task tag"),
         ({"label_all_pieces": True}, "--label_all_pieces goes with --task tag"),
         ({"task": "tag", "doc_stride": 30}, "--doc_stride 30: expected 1 to --seq_len - 3 \\(29\\)"),
-        ({"task": "tag", "text_pair_field": "b"}, "--task tag reads CoNLL or JSONL files"),
+        ({"task": "tag", "text_pair_field": "b"}, "--task tag reads its own files"),
+        ({"doc_stride": 8}, "--doc_stride goes with --task tag or span"),
+        ({"task": "span", "max_query_length": 29}, "--max_query_length 29: expected 1 to --seq_len - 4"),
+        ({"task": "span", "max_query_length": 8, "n_best": 0}, "--n_best: expected >= 1"),
         ({"task": "tag", "crf": True, "crf_lr_multiplier": 0.0}, "--crf_lr_multiplier: expected > 0"),
     ],
 )

@@ -1,0 +1,31 @@
+"""The span extractor (reading comprehension): every position's encoder output to a start and an
+end score (BERT's run_squad head; transformers' `qa_outputs`).
+
+Shapes: B batch, T sequence (seq_len), H hidden.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from model.encoder import TASK_INPUTS
+
+
+def build_span_model(encoder: keras.Model, dropout: float, seed: int) -> keras.Model:
+    """Encoder -> sequence output (B, T, H) -> dropout -> dense (B, T, 2) -> {"start": (B, T),
+    "end": (B, T)} logits, float32. Each row is one document (question and context): document_ids =
+    input_mask."""
+    seq_len = encoder.input["input_ids"].shape[1]
+    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
+    sequence = keras.Model(
+        encoder.input, {"sequence_output": encoder.output["sequence_output"]}, name=encoder.name
+    )
+    encoded = sequence({**inputs, "document_ids": inputs["input_mask"]})["sequence_output"]
+    x = keras.layers.Dropout(dropout, name="span_dropout")(encoded)
+    scores = keras.layers.Dense(
+        2,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02, seed=seed),
+        dtype="float32",
+        name="span",
+    )(x)
+    return keras.Model(inputs, {"start": scores[..., 0], "end": scores[..., 1]}, name="bert_span")
