@@ -157,9 +157,10 @@ def budget_steps(data: Path, out: Path) -> int:
 
 
 def head_rate(multiplier: int, data: Path, out: Path) -> dict:
-    """How fast the fresh MLM head learns at `multiplier` x the recipe's rate: the recipe's first 51
-    steps of a 340-step TAPT run on rt (34 head-only at the warming rate, then 17 with everything),
-    the masked-LM loss and accuracy of each 17-step interval and on held-out text at step 51."""
+    """How fast the fresh MLM head learns at `multiplier` x the recipe's rate, on rt's TAPT text: 34
+    head-only steps at the warming rate of a 340-step run (the same numbers as that run's first 34),
+    then 17 with everything as this 51-step schedule decays to 0; the masked-LM loss and accuracy
+    of each 17-step interval, and on held-out text at step 51."""
     name = f"head-rt-m{multiplier}"
     if (found := CELLS.done(name)) is not None:
         return found
