@@ -1,4 +1,5 @@
-"""MirroredStrategy over two logical CPU devices (BERT, ELECTRA, ModernBERT's block), in a fresh
+"""MirroredStrategy over two logical CPU devices (BERT, ELECTRA, ModernBERT's block, fine-tuning's
+CRF tagger and span extractor), in a fresh
 process: logical devices must be set before TensorFlow initialises its devices, which the rest of
 the suite has already done."""
 
@@ -97,6 +98,37 @@ with strategy.scope():
 history = model.fit(strategy.distribute_datasets_from_function(dataset_fn), steps_per_epoch=6, epochs=2,
                     verbose=0).history
 print("MODERN", history["loss"])
+assert all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss"][0]
+
+# 5. Fine-tuning's heads: a CRF tagger (its loss reads the CRF layer's transitions, a mirrored
+# variable) and a span extractor train on replica-split batches.
+from model.encoder import build_encoder
+from model.tasks.crf import CRFLoss
+from model.tasks.span import build_span_model
+from model.tasks.tagger import build_tagger
+
+rng = np.random.default_rng(0)
+x = {"input_ids": rng.integers(5, 40, (64, 16)).astype("int32"), "input_mask": np.ones((64, 16), "int32"),
+     "segment_ids": np.zeros((64, 16), "int32")}
+tags = np.where(x["input_ids"] < 12, 1, 0).astype("int32")  # a word's label by its id
+tags[:, ::3] = -1  # unlabelled pieces
+small = BertConfig(vocab_size=40, hidden_size=24, num_layers=1, num_heads=3, intermediate_size=48,
+                   max_position=16)
+with strategy.scope():
+    tagger = build_tagger(build_encoder(small, 16), 2, 0.0, 0, crf=True)
+    crf_loss = CRFLoss(tagger.get_layer("crf"))
+    tagger.compile(optimizer=keras.optimizers.AdamW(3e-3), loss=crf_loss, jit_compile=False)
+    span = build_span_model(build_encoder(small, 16), 0.0, 0)
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    span.compile(optimizer=keras.optimizers.AdamW(3e-3), loss={"start": sparse, "end": sparse},
+                 jit_compile=False)
+before = float(tagger.evaluate(x, tags, batch_size=64, verbose=0))
+history = tagger.fit(x, tags, batch_size=16, epochs=6, verbose=0).history
+print("CRF", before, history["loss"])
+assert all(np.isfinite(history["loss"])) and history["loss"][-1] < before / 2
+positions = {"start": rng.integers(0, 16, 64).astype("int32"), "end": rng.integers(0, 16, 64).astype("int32")}
+history = span.fit(x, positions, batch_size=16, epochs=3, verbose=0).history
+print("SPAN", history["loss"])
 assert all(np.isfinite(history["loss"])) and history["loss"][-1] < history["loss"][0]
 print("OK")
 """
