@@ -35,28 +35,24 @@ with --from_scratch), or --output:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from common.cli import Parser, add_arguments, first_paragraph, run_cli
-from common.errors import ConfigError
 from launch.checkpoints import layers_of
 from launch.serving import save_keras, save_task
-from launch.strategy import choose_strategy
 from launch.tasks.classification import evaluate_splits, padded, plot_confusion, predictions
 from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.fitting import best_epoch, steps_per_epoch, task_strategy, training_batches, write_run_files
 from launch.tasks.labelled import label_names, read_examples
 from launch.tasks.pretrained import Pretrained, pretrained, task_optimizer
 from launch.tasks.text_encoder import TextEncoder
 from model.encoder import build_encoder
 from model.tasks.classifier import build_classifier, default_pooling
-from pipeline.files import write_atomically
 
 CLASSIFIER = "classifier.keras"
 SERVING = "serving"
@@ -127,18 +123,8 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         if ex is not None and len(ex) == 0:
             raise FinetuneError(f"--{flag} {getattr(config, flag)}: no usable rows ({ex.bad_rows})")
     batch = config.global_batch_size
-    steps_per_epoch = len(train_ex) // batch
-    if steps_per_epoch == 0:
-        raise FinetuneError(
-            f"--train {config.train}: {len(train_ex)} usable rows, fewer than one batch of {batch}"
-        )
-
-    keras.utils.set_random_seed(config.seed)
-    strategy = choose_strategy(config.strategy, config.tpu)
-    if batch % strategy.num_replicas_in_sync:
-        raise ConfigError(
-            f"--global_batch_size {batch}: not divisible by the {strategy.num_replicas_in_sync} replicas"
-        )
+    steps = steps_per_epoch(config, len(train_ex), "usable rows")
+    strategy = task_strategy(config)
     text_encoder = TextEncoder(source.vocab_file, config.seq_len)
     index = {name: i for i, name in enumerate(names)}
     data = {}
@@ -148,21 +134,13 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
             data[split] = (features, np.array([index[y] for y in ex.labels], np.int32))
 
     with strategy.scope():
-        classifier, recipe = build_model(config, source, len(names), steps_per_epoch * config.epochs)
-    x, y = data["train"]
-    train_ds = (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .shuffle(len(y), seed=config.seed, reshuffle_each_iteration=True)
-        .batch(batch, drop_remainder=True)  # static shapes: every step the same (B, T)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+        classifier, recipe = build_model(config, source, len(names), steps * config.epochs)
+    train_ds = training_batches(*data["train"], config)
     validation_ds = padded(*data["validation"], batch)
-    best = keras.callbacks.EarlyStopping(
-        monitor="val_accuracy", mode="max", patience=config.epochs, restore_best_weights=True
-    )
+    best = best_epoch("val_accuracy", config.epochs)
     print(
         f"fine-tuning {'from scratch' if config.from_scratch else source.weights} on {config.train}: "
-        f"{len(train_ex)} examples, {len(names)} labels, {config.epochs} epochs of {steps_per_epoch} steps; "
+        f"{len(train_ex)} examples, {len(names)} labels, {config.epochs} epochs of {steps} steps; "
         f"learning rate {recipe['learning_rate']:g}{'' if config.learning_rate else ' (by width)'}, "
         f"{recipe['pooling']} pooling, layer decay {recipe['layer_decay']:g}"
         + ("" if config.from_scratch else f"; starting fresh: {', '.join(recipe['fresh'])}"),
@@ -191,20 +169,7 @@ def finetune(config: FinetuneConfig, source: Pretrained | None = None) -> dict:
         f"{out}/confusion.png",
     )
     results.pop("confusion", None)
-    write_atomically(f"{out}/eval.json", json.dumps(results, indent=2, sort_keys=True))
-    rows = [
-        {"epoch": e + 1, **{k: float(v[e]) for k, v in history.history.items()}}
-        for e in range(len(history.history["loss"]))
-    ]
-    write_atomically(f"{out}/history.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    write_atomically(
-        f"{out}/config.json",
-        json.dumps(
-            {"config": dataclasses.asdict(config), "labels": names, "encoder": source.weights,
-             "vocab": {"kind": source.vocab_file.kind, "lower_case": source.vocab_file.lower_case}},
-            indent=2, sort_keys=True,
-        ),
-    )  # fmt: skip
+    write_run_files(config, source, out, history, results, {"labels": names})
     if config.export:
         plain = save_keras(classifier, f"{out}/{CLASSIFIER}")
         pairs = config.text_pair_field is not None

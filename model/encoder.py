@@ -24,6 +24,17 @@ from model.modernbert import attention_ids, modern_blocks
 TASK_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
+def task_sequence(encoder: keras.Model) -> tuple[dict, keras.KerasTensor]:
+    """A task model's inputs (TASK_INPUTS, one document per row) and the encoder's sequence output
+    on them (B, T, H), through the encoder without its pooler: no weight that nothing reads."""
+    seq_len = encoder.input["input_ids"].shape[1]
+    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
+    sequence = keras.Model(
+        encoder.input, {"sequence_output": encoder.output["sequence_output"]}, name=encoder.name
+    )
+    return inputs, sequence({**inputs, "document_ids": inputs["input_mask"]})["sequence_output"]
+
+
 def encoder_inputs(seq_len: int) -> dict:
     return {
         name: keras.Input((seq_len,), dtype="int32", name=name)

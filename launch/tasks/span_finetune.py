@@ -15,7 +15,6 @@ validation F1, and writes to the output folder:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
@@ -23,11 +22,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.errors import ConfigError
 from launch.checkpoints import layers_of
 from launch.serving import save_keras
-from launch.strategy import choose_strategy
-from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.config import FinetuneConfig
+from launch.tasks.fitting import best_epoch, steps_per_epoch, task_strategy, training_batches, write_run_files
 from launch.tasks.pretrained import Pretrained, task_optimizer
 from launch.tasks.spans import SpanData, best_answers, encode_spans
 from launch.tasks.squad import read_squad, span_scores
@@ -93,42 +91,23 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
         split: encode_spans(spans.examples, vocab, config.seq_len, config.stride, config.max_query_length)
         for split, spans in found.items()
     }
-    batch = config.global_batch_size
-    steps_per_epoch = len(data["train"]) // batch
-    if steps_per_epoch == 0:
-        raise FinetuneError(
-            f"--train {config.train}: {len(data['train'])} windows, fewer than one batch of {batch}"
-        )
-    keras.utils.set_random_seed(config.seed)
-    strategy = choose_strategy(config.strategy, config.tpu)
-    if batch % strategy.num_replicas_in_sync:
-        raise ConfigError(
-            f"--global_batch_size {batch}: not divisible by the {strategy.num_replicas_in_sync} replicas"
-        )
+    steps = steps_per_epoch(config, len(data["train"]), "windows")
+    strategy = task_strategy(config)
     with strategy.scope():
         encoder = build_encoder(source.bert, config.seq_len)
         fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
         model = build_span_model(encoder, source.bert.dropout, config.seed)
-        optimizer, learning_rate, decay = task_optimizer(
-            config, source, model, steps_per_epoch * config.epochs
-        )
+        optimizer, learning_rate, decay = task_optimizer(config, source, model, steps * config.epochs)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         model.compile(optimizer=optimizer, loss={"start": loss, "end": loss}, jit_compile=config.jit_compile)
     train = data["train"]
-    train_ds = (
-        tf.data.Dataset.from_tensor_slices((train.features, {"start": train.starts, "end": train.ends}))
-        .shuffle(len(train), seed=config.seed, reshuffle_each_iteration=True)
-        .batch(batch, drop_remainder=True)  # static shapes: every step the same (B, T)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    train_ds = training_batches(train.features, {"start": train.starts, "end": train.ends}, config)
     validation = SpanF1(data["validation"], config, allow_null)
-    best = keras.callbacks.EarlyStopping(
-        monitor="val_f1", mode="max", patience=config.epochs, restore_best_weights=True
-    )
+    best = best_epoch("val_f1", config.epochs)
     print(
         f"fine-tuning a span extractor from {'scratch' if config.from_scratch else source.weights} on "
         f"{config.train}: {len(found['train'])} questions ({len(train)} windows"
-        f"{', some unanswerable' if allow_null else ''}), {config.epochs} epochs of {steps_per_epoch} steps; "
+        f"{', some unanswerable' if allow_null else ''}), {config.epochs} epochs of {steps} steps; "
         f"learning rate {learning_rate:g}, layer decay {decay:g}",
         flush=True,
     )
@@ -157,14 +136,8 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
     }  # fmt: skip
     results["bad_rows"] = {split: spans.bad_rows for split, spans in found.items()}
     out = config.output_dir
-    write_atomically(f"{out}/eval.json", json.dumps(results, indent=2, sort_keys=True))
+    write_run_files(config, source, out, history, results, {})
     write_atomically(f"{out}/errors.jsonl", errors)
-    rows = [{"epoch": e + 1, **{k: float(v[e]) for k, v in history.history.items()}}
-            for e in range(len(history.history["loss"]))]  # fmt: skip
-    write_atomically(f"{out}/history.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    vocab_info = {"kind": source.vocab_file.kind, "lower_case": source.vocab_file.lower_case}
-    run_config = {"config": dataclasses.asdict(config), "encoder": source.weights, "vocab": vocab_info}
-    write_atomically(f"{out}/config.json", json.dumps(run_config, indent=2, sort_keys=True))
     if config.export:
         export(source, save_keras(model, f"{out}/{SPAN}"), out)
     headline = results.get("test", results)

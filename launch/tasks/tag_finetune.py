@@ -16,19 +16,15 @@ folder:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 
 import keras
-import tensorflow as tf
 
-from common.errors import ConfigError
 from launch.checkpoints import layers_of
 from launch.serving import save_keras
-from launch.strategy import choose_strategy
 from launch.tasks.alignment import IGNORE
 from launch.tasks.config import FinetuneConfig, FinetuneError
+from launch.tasks.fitting import best_epoch, steps_per_epoch, task_strategy, training_batches, write_run_files
 from launch.tasks.pretrained import Pretrained, task_optimizer
 from launch.tasks.tagged import read_tagged
 from launch.tasks.tagging import (
@@ -112,40 +108,23 @@ def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
         for split, tagged in found.items()
     }
     batch = config.global_batch_size
-    steps_per_epoch = len(data["train"]) // batch
-    if steps_per_epoch == 0:
-        raise FinetuneError(
-            f"--train {config.train}: {len(data['train'])} windows, fewer than one batch of {batch}"
-        )
-
-    keras.utils.set_random_seed(config.seed)
-    strategy = choose_strategy(config.strategy, config.tpu)
-    if batch % strategy.num_replicas_in_sync:
-        raise ConfigError(
-            f"--global_batch_size {batch}: not divisible by the {strategy.num_replicas_in_sync} replicas"
-        )
+    steps = steps_per_epoch(config, len(data["train"]), "windows")
+    strategy = task_strategy(config)
     with strategy.scope():
-        tagger, recipe = build_tagger_model(config, source, len(labels), steps_per_epoch * config.epochs)
+        tagger, recipe = build_tagger_model(config, source, len(labels), steps * config.epochs)
     windows = {split: len(d) for split, d in data.items()}
     recipe |= {"labels": labels, "scheme": train.scheme, "label_all_pieces": config.label_all_pieces,
                "doc_stride": config.stride, "windows": windows}  # fmt: skip
     train_data = data["train"]
-    train_ds = (
-        tf.data.Dataset.from_tensor_slices((train_data.features, train_data.labels))
-        .shuffle(len(train_data), seed=config.seed, reshuffle_each_iteration=True)
-        .batch(batch, drop_remainder=True)  # static shapes: every step the same (B, T)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    train_ds = training_batches(train_data.features, train_data.labels, config)
     decode = decoder(tagger, labels, config.crf, config.jit_compile)
     validation = EntityF1(decode, data["validation"], found["validation"].examples, labels, batch)
-    best = keras.callbacks.EarlyStopping(
-        monitor="val_entity_f1", mode="max", patience=config.epochs, restore_best_weights=True
-    )
+    best = best_epoch("val_entity_f1", config.epochs)
     print(
         f"fine-tuning a tagger{' with a CRF' if config.crf else ''} from "
         f"{'scratch' if config.from_scratch else source.weights} on {config.train}: {len(train)} examples "
         f"({len(train_data)} windows), {len(labels)} labels ({train.scheme}), {config.epochs} epochs of "
-        f"{steps_per_epoch} steps; learning rate {recipe['learning_rate']:g}, "
+        f"{steps} steps; learning rate {recipe['learning_rate']:g}, "
         f"layer decay {recipe['layer_decay']:g}",
         flush=True,
     )
@@ -167,19 +146,8 @@ def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
     results["recipe"] = recipe
     results["bad_rows"] = {split: tagged.bad_rows for split, tagged in found.items()}
     out = config.output_dir
-    write_atomically(f"{out}/eval.json", json.dumps(results, indent=2, sort_keys=True))
+    write_run_files(config, source, out, history, results, {"labels": labels})
     write_atomically(f"{out}/errors.jsonl", error_samples(*errors_of))
-    rows = [
-        {"epoch": e + 1, **{k: float(v[e]) for k, v in history.history.items()}}
-        for e in range(len(history.history["loss"]))
-    ]
-    write_atomically(f"{out}/history.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    write_atomically(
-        f"{out}/config.json",
-        json.dumps({"config": dataclasses.asdict(config), "labels": labels, "encoder": source.weights,
-                    "vocab": {"kind": source.vocab_file.kind, "lower_case": source.vocab_file.lower_case}},
-                   indent=2, sort_keys=True),
-    )  # fmt: skip
     if config.export:
         export(config, source, save_keras(tagger, f"{out}/{TAGGER}"), labels, out)
     headline = results.get("test", results)

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import keras
 
-from model.encoder import TASK_INPUTS
+from model.encoder import task_sequence
 
 
 def build_span_model(encoder: keras.Model, dropout: float, seed: int) -> keras.Model:
     """Encoder -> sequence output (B, T, H) -> dropout -> dense (B, T, 2) -> {"start": (B, T),
     "end": (B, T)} logits, float32. Each row is one document (question and context): document_ids =
     input_mask."""
-    seq_len = encoder.input["input_ids"].shape[1]
-    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
-    sequence = keras.Model(
-        encoder.input, {"sequence_output": encoder.output["sequence_output"]}, name=encoder.name
-    )
-    encoded = sequence({**inputs, "document_ids": inputs["input_mask"]})["sequence_output"]
+    inputs, encoded = task_sequence(encoder)
     x = keras.layers.Dropout(dropout, name="span_dropout")(encoded)
     scores = keras.layers.Dense(
         2,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import keras
 
-from model.encoder import TASK_INPUTS
+from model.encoder import task_sequence
 from model.tasks.crf import CRF
 
 
@@ -18,12 +18,7 @@ def build_tagger(
     """Encoder -> sequence output (B, T, H) -> dropout -> dense scores (B, T, L), float32 (the
     CRF's emissions with `crf`). Each row is one document: document_ids = input_mask. The pooler
     is not part of it: nothing reads [CLS] alone."""
-    seq_len = encoder.input["input_ids"].shape[1]
-    inputs = {name: keras.Input((seq_len,), dtype="int32", name=name) for name in TASK_INPUTS}
-    sequence = keras.Model(
-        encoder.input, {"sequence_output": encoder.output["sequence_output"]}, name=encoder.name
-    )
-    encoded = sequence({**inputs, "document_ids": inputs["input_mask"]})["sequence_output"]
+    inputs, encoded = task_sequence(encoder)
     x = keras.layers.Dropout(dropout, name="tagger_dropout")(encoded)
     scores = keras.layers.Dense(
         num_labels,
