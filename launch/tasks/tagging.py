@@ -55,7 +55,7 @@ def encode_tagged(examples: Sequence[Tagged], vocab, labels: Sequence[str], seq_
         tags, unaligned = unit_labels(units, [e for e in example.entities if e[0] in known])
         lost += unaligned
         per_piece = piece_labels(units, tags, label_ids, all_pieces)
-        reads = [p == units.first_piece[u] or (all_pieces and u >= 0) for p, u in enumerate(units.piece_unit)]
+        reads = [u >= 0 and (all_pieces or p == units.first_piece[u]) for p, u in enumerate(units.piece_unit)]
         spans_of = windows(len(ids), seq_len - 2, doc_stride)
         best = best_windows(len(ids), spans_of)
         mine = []
