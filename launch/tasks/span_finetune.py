@@ -10,6 +10,8 @@ validation F1, and writes to the output folder:
                 under "test"; the recipe; bad rows per split
   errors.jsonl  the first 50 questions answered wrong: the question, the gold answers, the answer
   span.keras    the model, uncompiled; hf/  a BERT one as transformers' BertForQuestionAnswering
+  serving/      a SavedModel: raw questions and contexts in, answers with character offsets out
+                (span_serving.py), needing no bertbeam code to load
   config.json, history.jsonl
 """
 
@@ -34,6 +36,7 @@ from model.tasks.span import build_span_model
 from pipeline.files import write_atomically
 
 SPAN = "span.keras"
+SERVING = "serving"  # raw questions and contexts in, answers out (span_serving.py)
 
 
 def answers_of(model: keras.Model, data: SpanData, config: FinetuneConfig, allow_null: bool) -> dict:
@@ -139,7 +142,15 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
     write_run_files(config, source, out, history, results, {})
     write_atomically(f"{out}/errors.jsonl", errors)
     if config.export:
-        export(source, save_keras(model, f"{out}/{SPAN}"), out)
+        from launch.tasks.span_serving import save_span_extractor
+        from launch.tasks.text_encoder import TextEncoder
+
+        plain = save_keras(model, f"{out}/{SPAN}")
+        save_span_extractor(plain, TextEncoder(source.vocab_file, config.seq_len), f"{out}/{SERVING}",
+                            max_query_length=config.max_query_length, doc_stride=config.stride,
+                            n_best=config.n_best, max_answer_length=config.max_answer_length,
+                            allow_null=allow_null, null_threshold=config.null_threshold)  # fmt: skip
+        export(source, plain, out)
     headline = results.get("test", results)
     return {"output": out, "exact_match": headline["exact_match"], "f1": headline["f1"],
             "split": "test" if "test" in results else "validation", "best_epoch": results["best_epoch"],

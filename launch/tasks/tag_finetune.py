@@ -9,6 +9,8 @@ folder:
                  validation split and under "test"; the recipe (labels, scheme, crf, rate, ...)
   errors.jsonl   the first 50 examples (test, else validation) with an entity missed or wrong
   tagger.keras   the tagger, uncompiled (`import model` registers its layers)
+  serving/       a SavedModel: raw strings in, entities out (type, character start and end,
+                 text; tag_serving.py), needing no bertbeam code to load
   hf/            a softmax BERT tagger as transformers' BertForTokenClassification (labels in
                  its config's id2label), with the tokenizer
   config.json, history.jsonl  as for classification
@@ -43,6 +45,7 @@ from model.tasks.tagger import build_tagger
 from pipeline.files import write_atomically
 
 TAGGER = "tagger.keras"
+SERVING = "serving"  # raw strings in, entities out (tag_serving.py)
 HF_FOLDER = "hf"  # BertForTokenClassification
 
 
@@ -149,7 +152,13 @@ def finetune_tags(config: FinetuneConfig, source: Pretrained) -> dict:
     write_run_files(config, source, out, history, results, {"labels": labels})
     write_atomically(f"{out}/errors.jsonl", error_samples(*errors_of))
     if config.export:
-        export(config, source, save_keras(tagger, f"{out}/{TAGGER}"), labels, out)
+        from launch.tasks.tag_serving import save_tagger
+        from launch.tasks.text_encoder import TextEncoder
+
+        plain = save_keras(tagger, f"{out}/{TAGGER}")
+        save_tagger(plain, TextEncoder(source.vocab_file, config.seq_len), labels, config.crf,
+                    config.label_all_pieces, config.stride, f"{out}/{SERVING}")  # fmt: skip
+        export(config, source, plain, labels, out)
     headline = results.get("test", results)
     return {
         "output": out,

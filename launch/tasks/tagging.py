@@ -91,6 +91,11 @@ def encode_tagged(examples: Sequence[Tagged], vocab, labels: Sequence[str], seq_
 def decoder(model: keras.Model, labels: Sequence[str], crf: bool, jit_compile: bool = True):
     """(features, mask) -> (B, T) label ids in the graph: the model's scores, Viterbi-decoded with
     the CRF's transitions or the valid-BIO constraints."""
+    return tf.function(decoding(model, labels, crf), jit_compile=jit_compile)
+
+
+def decoding(model: keras.Model, labels: Sequence[str], crf: bool):
+    """`decoder`'s function itself, for a graph that holds more (the raw-string SavedModel)."""
     transitions, start = bio_constraints(labels)
 
     def decode(features, mask):
@@ -101,7 +106,7 @@ def decoder(model: keras.Model, labels: Sequence[str], crf: bool, jit_compile: b
         path = viterbi(compacted, lengths, transitions, start, tf.zeros(len(labels)))
         return expand(path, order, mask)
 
-    return tf.function(decode, jit_compile=jit_compile)
+    return decode
 
 
 def decoded_labels(decode, data: TagData, batch: int) -> np.ndarray:

@@ -33,6 +33,14 @@ import tensorflow_text as tft
 
 from pipeline.vocab import VocabFile
 
+# What BERT's normaliser turns into a space, and where its pre-tokenizer cuts a word off and keeps
+# the cut as a word of its own: ASCII punctuation, Unicode's, CJK ideographs.
+SPACE = r"[\t\n\r\p{Z}]"  # Zl and Zp too: U+2028 and U+2029 are spaces to `tokenizers`
+BERT_SPLITS = "|".join([
+    r"[!-/:-@\[-`{-~\p{P}]",
+    r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]",
+])  # fmt: skip
+
 
 class TextEncoder(tf.Module):
     def __init__(self, vocab_file: VocabFile, seq_len: int):
@@ -77,13 +85,57 @@ class TextEncoder(tf.Module):
             return self._python_tokenize(text)
         if self.kind == "sentencepiece":
             return self.tokenizer.tokenize(text)
-        text = tf.strings.regex_replace(text, r"[\t\n\r\p{Zs}]", " ")
+        return tf.cast(self.tokenizer.tokenize(self.normalise(text)).merge_dims(-2, -1), tf.int32)
+
+    def normalise(self, text: tf.Tensor) -> tf.Tensor:
+        """BERT's normaliser for a WordPiece vocab (module docstring), string by string."""
+        text = tf.strings.regex_replace(text, SPACE, " ")
         text = tf.strings.regex_replace(text, r"[\p{C}\x{FFFD}]", "")
         if self.lower_case:
             text = tft.normalize_utf8(text, "NFD")
             text = tf.strings.regex_replace(text, r"\p{Mn}", "")
             text = tf.strings.lower(text, encoding="utf-8")
-        return tf.cast(self.tokenizer.tokenize(text).merge_dims(-2, -1), tf.int32)
+        return text
+
+    def pieces_with_spans(self, text: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+        """(B,) strings -> each token's id and its (begin, end) character offsets into the raw
+        string, (B, None) int32 each: `tokenize`'s ids, the vocab's `encode_with_spans` offsets.
+
+        sentencepiece reports byte offsets into the raw text itself. BertTokenizer's offsets are
+        into the normalised text, which is shorter wherever a control character or an accent went,
+        so a WordPiece text is cut into BERT's words on the raw string first (at whitespace,
+        punctuation and CJK; never inside what BERT keeps whole, so the ids are unchanged), each
+        word normalised alone, and each normalised character traced back to the raw character it
+        came from (normalising character by character: a removed character gives none)."""
+        if self.kind == "tokenizer":
+            raise ValueError("a tokenizer.json vocab has no graph tokeniser (module docstring)")
+        if self.kind == "sentencepiece":
+            ids, starts, ends = self.tokenizer.tokenize_with_offsets(text)
+            rows = tf.gather(text, ids.value_rowids())
+            return ids, *(ids.with_flat_values(chars_before(rows, o.flat_values)) for o in (starts, ends))
+        cut = f"{SPACE}+|{BERT_SPLITS}"
+        words, starts, _ = tft.regex_split_with_offsets(without_nul(text), cut, BERT_SPLITS)
+        flat = words.flat_values
+        word_start = chars_before(tf.gather(text, words.value_rowids()), starts.flat_values)
+        normal = self.normalise(flat)
+        ids, begins, ends = (t.merge_dims(-2, -1) for t in self.tokenizer.tokenize_with_offsets(normal))
+        owner = ids.value_rowids()  # the word of each piece
+        # Over all words' raw characters in a row: how many normalised characters they make, summed.
+        chars = tf.strings.unicode_split(flat, "UTF-8")
+        made = tf.cumsum(tf.strings.length(self.normalise(chars.flat_values), unit="UTF8_CHAR"))
+        first_char = tf.cast(chars.row_starts(), tf.int32)
+        before = tf.gather(tf.concat([[0], made], 0), first_char)  # made by the words before each word
+
+        def raw(at):  # the raw character (within its word) that a normalised character came from
+            found = tf.searchsorted(made, tf.gather(before, owner) + at, "right")
+            return ids.with_flat_values(found - tf.gather(first_char, owner))
+
+        piece_word = tf.gather(normal, owner)
+        first = raw(chars_before(piece_word, begins.flat_values))
+        last = raw(chars_before(piece_word, ends.flat_values) - 1)
+        shift = ids.with_flat_values(tf.gather(word_start, owner))
+        nested = [words.with_flat_values(t).merge_dims(1, 2) for t in (ids, shift + first, shift + last + 1)]
+        return tf.cast(nested[0], tf.int32), nested[1], nested[2]
 
     def _python_tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
         def encode(strings):
@@ -119,6 +171,18 @@ class TextEncoder(tf.Module):
                 {k: v.numpy() for k, v in self(tf.constant(texts[start : start + chunk]), pair).items()}
             )
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def without_nul(text: tf.Tensor) -> tf.Tensor:
+    """`text` with each NUL as \x01 (both control characters, one byte): tensorflow-text's regex
+    split reads a string only up to its first NUL."""
+    return tf.strings.regex_replace(text, "\x00", "\x01")
+
+
+def chars_before(strings: tf.Tensor, byte_offsets: tf.Tensor) -> tf.Tensor:
+    """The character offset (int32) of each byte offset into its string."""
+    prefix = tf.strings.substr(strings, tf.zeros_like(byte_offsets), byte_offsets)
+    return tf.strings.length(prefix, unit="UTF8_CHAR")
 
 
 def truncate(segments: list[tf.RaggedTensor], budget: int) -> list[tf.RaggedTensor]:

@@ -1,7 +1,8 @@
 """`launch.finetune --task span` end to end on real text: Botchan's sentences, "Who is named?",
 answered by the one character named there or unanswerable where none is (SQuAD 2.0's shape). A
 small random release learns it through windows shorter than the contexts; eval.json, errors.jsonl,
-span.keras and the BertForQuestionAnswering export (logits within 1e-4) are right."""
+span.keras and the BertForQuestionAnswering export (logits within 1e-4) are right, and the
+raw-string SavedModel scores what evaluation scored."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import re
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from launch.finetune import finetune
 from launch.tasks.config import FinetuneConfig
+from launch.tasks.squad import read_squad, span_scores
 from tests.releases import write_release
 
 pytestmark = pytest.mark.slow  # trains a model
@@ -82,3 +85,13 @@ def test_a_span_extractor_learns_to_answer_and_to_abstain(files, tmp_path):
     mask = batch["attention_mask"].astype(bool)
     np.testing.assert_allclose(theirs.start_logits.numpy()[mask], ours["start"][mask], atol=1e-4)
     np.testing.assert_allclose(theirs.end_logits.numpy()[mask], ours["end"][mask], atol=1e-4)
+
+    # the SavedModel on the test split's raw questions and contexts scores what evaluation scored
+    found = read_squad(str(files / "test.json")).examples
+    served = tf.saved_model.load(str(out / "serving")).signatures["serving_default"]
+    answers = served(
+        question=tf.constant([e.question for e in found]), context=tf.constant([e.context for e in found])
+    )
+    texts = [t.decode() for t in answers["answer_text"].numpy()]
+    figures = span_scores(dict(zip([e.id for e in found], texts, strict=True)), found)
+    assert abs(figures["f1"] - test["f1"]) < 0.01, figures

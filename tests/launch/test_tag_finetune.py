@@ -1,6 +1,7 @@
 """`launch.finetune --task tag` end to end on real sentences (Botchan's, its characters' names
 marked): from a small random release, softmax and CRF taggers learn the names to a high entity F1
-through windows shorter than the sentences; eval.json, errors.jsonl and tagger.keras are right."""
+through windows shorter than the sentences; eval.json, errors.jsonl and tagger.keras are right,
+and the raw-string SavedModel scores what evaluation scored."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import json
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from launch.finetune import finetune
 from launch.tasks.config import FinetuneConfig
-from launch.tasks.tagged import words_of
+from launch.tasks.tagged import read_tagged, words_of
+from launch.tasks.tagging import tag_figures
 from pipeline.vocab import VocabFile
+from tests.launch.tasks.test_tag_serving import served_entities
 from tests.launch.tasks.test_tagging import botchan_examples
 from tests.releases import write_release
 
@@ -78,6 +82,12 @@ def test_a_tagger_learns_the_names(files, tmp_path, crf):
          "segment_ids": np.zeros((2, 24), "int32")}  # fmt: skip
     assert tagger.predict(x, verbose=0).shape == (2, 24, 5)
     assert (out / "hf").exists() != crf  # transformers has no CRF
+    # the SavedModel on the test split's raw texts scores what evaluation scored
+    gold = read_tagged(str(files / "test.jsonl")).examples
+    texts = [example.text for example in gold]
+    served = tf.saved_model.load(str(out / "serving")).signatures["serving_default"]
+    figures = tag_figures(gold, served_entities(served(text=tf.constant(texts)), texts), 0)
+    assert abs(figures["entity_f1"] - results["test"]["entity_f1"]) < 0.01, figures
     if not crf:
         hf_parity(out, tagger, recipe["labels"])
 
