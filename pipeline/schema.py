@@ -388,7 +388,10 @@ CURATION_STAGES = ("near_dedup", "quality", "language")
 def curation_summary(stats: Mapping[str, int]) -> dict:
     """The manifest's `curation`: per stage, documents and bytes removed (zeros when it was off,
     so readers never branch); near_dedup adds its cluster sizes ({members: clusters}), quality
-    its counts per rule, language the documents kept and removed per detected language."""
+    its counts per rule, language the documents kept and removed per detected language. And
+    `exact_dedup`: the exact copies deduplication dropped before any stage saw them (documents
+    only: only a pointer of each copy travels, not its bytes), so what left the corpus adds up
+    in one place."""
 
     def under(prefix: str) -> dict:
         return {k[len(prefix) :]: v for k, v in stats.items() if k.startswith(prefix)}
@@ -409,4 +412,5 @@ def curation_summary(stats: Mapping[str, int]) -> dict:
     summary["quality"]["rules"] = rules
     summary["language"]["kept"] = dict(sorted(under("curation/language/kept/").items()))
     summary["language"]["removed_by_language"] = dict(sorted(under("curation/language/removed/").items()))
+    summary["exact_dedup"] = {"documents_removed": stats.get("skipped/duplicate_document", 0)}
     return summary

@@ -60,6 +60,8 @@ def table(manifest: schema.Manifest) -> list[str]:
         "quality": bool(build.get("quality_filters")),
         "near_dedup": bool(build.get("near_dedup_threshold")),
     }
+    copies = int(curation.get("exact_dedup", {}).get("documents_removed", exact))
+    lines.append(f"{'exact_dedup (always on)':<40} {copies:>11,} {_share(copies, read):>8} {'-':>14}")
     for stage in ("language", "quality", "near_dedup"):  # the order they run in
         entry = curation.get(stage, {"documents_removed": 0, "bytes_removed": 0})
         lines.append(row(stage if on[stage] else f"{stage} (off)", entry))

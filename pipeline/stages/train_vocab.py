@@ -13,6 +13,7 @@ from pipeline import schema, text
 from pipeline.config import CorpusConfig
 from pipeline.files import write_atomically
 from pipeline.keys import content_key, seeded_key
+from pipeline.schema import CURATION_STAGES, curation_summary
 from pipeline.stages.stats import BadInputError
 from pipeline.vocab import VocabFile, train_sentencepiece, train_wordpiece
 from pipeline.vocab_extension import extend_vocab
@@ -28,12 +29,15 @@ class TrainVocab(beam.PTransform):
     every runner, bounded in memory, and spread over the whole corpus.
     """
 
-    def __init__(self, cfg: CorpusConfig, base: VocabFile | None = None):
+    def __init__(self, cfg: CorpusConfig, base: VocabFile | None = None, counted=None):
         """With `base` (a given vocab and --extend_vocab N): that vocab plus up to N tokens
-        learned from the sample (`vocab_extension.py`)."""
+        learned from the sample (`vocab_extension.py`). `counted`: a side input of the stats
+        counted before the vocab (read, deduplicated, curated), for the error an empty sample
+        gives."""
         super().__init__()
         self._cfg = cfg
         self._base = base
+        self._counted = counted
 
     def expand(self, keyed_docs):
         cfg = self._cfg
@@ -42,15 +46,39 @@ class TrainVocab(beam.PTransform):
             | "Sentences" >> beam.FlatMap(lambda kd: text.document_sentences(kd[1]))
             | "KeyBySeededHash" >> beam.Map(lambda s: (seeded_key(cfg.seed, content_key(s)), s))
             | "Sample" >> beam.combiners.Top.Of(cfg.vocab_sample_sentences, reverse=True)
-            | "Train" >> beam.Map(_train_on_sample, cfg, self._base)
+            | "Train" >> beam.Map(_train_on_sample, cfg, self._base, self._counted)
         )
 
 
-def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig, base: VocabFile | None) -> VocabFile:
+def nothing_left(counted: dict | None) -> str:
+    """Why a build has no text left: curation, when it removed documents (its counts per stage and
+    rule), or the input itself."""
+    removed = {
+        stage: (counted or {}).get(f"curation/{stage}/documents_removed", 0) for stage in CURATION_STAGES
+    }
+    if not any(removed.values()):
+        return "no text to train a vocab on: every input document was empty or skipped; check --input"
+    summary = curation_summary(counted)
+    read = counted.get("input/documents", 0)
+    copies = counted.get("skipped/duplicate_document", 0)
+    parts = []
+    for stage in ("language", "quality", "near_dedup"):  # the order they run in
+        part = f"{stage} {removed[stage]:,}"
+        if stage == "quality" and summary["quality"]["rules"]:
+            rules = sorted(summary["quality"]["rules"].items(), key=lambda kv: -kv[1]["documents_removed"])
+            part += " (" + ", ".join(f"{rule} {c['documents_removed']:,}" for rule, c in rules) + ")"
+        parts.append(part)
+    return (
+        f"curation removed every document: {read:,} read, {copies:,} exact copies dropped, removed by "
+        f"{', '.join(parts)}; loosen the curation flags (--languages, --quality_filters, "
+        "--near_dedup_threshold) or check --input"
+    )
+
+
+def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig, base: VocabFile | None,
+                     counted: dict | None = None) -> VocabFile:  # fmt: skip
     if not sample:
-        raise BadInputError(
-            "no text to train a vocab on: every input document was empty or skipped; check --input"
-        )
+        raise BadInputError(nothing_left(counted))
     sentences = [s for _, s in sample]
     if base is not None:
         log.info("extending the vocab by up to %d tokens from %s sampled sentences", cfg.extend_vocab,

@@ -161,6 +161,10 @@ def test_the_report_reads_the_manifest_and_the_samples(curated, capsys):
         row.split()[1] == f"{near['documents_removed']:,}" and row.split()[3] == f"{near['bytes_removed']:,}"
     )
     assert any(line.startswith("quality (off)") for line in out)
+    manifest = json.loads((curated / "manifest.json").read_text())
+    copies = manifest["input"]["skipped"].get("duplicate_document", 0)
+    assert manifest["curation"]["exact_dedup"] == {"documents_removed": copies}
+    assert next(line for line in out if line.startswith("exact_dedup")).split()[3] == f"{copies:,}"
     assert "-- near_duplicate.jsonl.gz: 3 sampled" in out
     assert sum(line.strip().startswith("kept instead:") for line in out) == 1
 
@@ -219,3 +223,22 @@ def test_chinese_near_copies_by_characters(zh_sample, tmp_path):
     near = manifest["curation"]["near_dedup"]
     assert near["documents_removed"] >= len(copies) == 5
     assert not (tmp_path / "out" / "curation").exists()  # --curation_samples 0: no samples
+
+
+@pytest.mark.slow
+def test_curation_that_removes_every_document_says_so(botchan, tmp_path):
+    from tests.pipeline.test_build_corpus import run_cli
+
+    lines = [line for line in botchan.read_text(encoding="utf-8").splitlines() if line.strip()]
+    paragraphs = [" ".join(lines[i : i + 5]) for i in range(100, 300, 5)]  # 40 documents of English
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text("\n\n".join(paragraphs[:3]) + "\n", encoding="utf-8")  # copies
+    done = run_cli("--input", str(tmp_path / "in" / "*.txt"), "--output", str(tmp_path / "out"),
+                   "--vocab_size", "99", "--languages", "zh")  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: curation removed every document: 43 read, 3 exact copies dropped, removed by language 40, "
+        "quality 0, near_dedup 0; loosen the curation flags (--languages, --quality_filters, "
+        "--near_dedup_threshold) or check --input"
+    )
