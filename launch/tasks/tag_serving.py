@@ -72,6 +72,10 @@ def units(words: tuple, pieces: tuple):
     word_start, word_end = (dense(t, BIG) for t in words)
     piece_start, piece_end = (dense(t, BIG) for t in pieces)
     batch, n_words, n_pieces = tf.shape(word_start)[0], tf.shape(word_start)[1], tf.shape(piece_start)[1]
+
+    def rows_of(x):  # each element's row
+        return tf.broadcast_to(tf.range(batch)[:, None], tf.shape(x))
+
     word_ok = tf.sequence_mask(words[0].row_lengths(), n_words)
     piece_ok = tf.sequence_mask(pieces[0].row_lengths(), n_pieces)
     first = tf.searchsorted(word_end, piece_start, side="right")  # words ending by the piece's start
@@ -79,8 +83,7 @@ def units(words: tuple, pieces: tuple):
     on_word = piece_ok & (past > first) & (piece_end > piece_start)
     # a piece over words first..past-1 joins words first+1..past-1 to the unit of `first`
     spread = on_word & (past > first + 1)
-    rows = tf.broadcast_to(tf.range(batch)[:, None], tf.shape(first))
-    at = tf.boolean_mask(rows, spread)
+    at = tf.boolean_mask(rows_of(first), spread)
     ones = tf.ones_like(at)
     steps = tf.zeros([batch, n_words + 1], tf.int32)
     steps = tf.tensor_scatter_nd_add(steps, tf.stack([at, tf.boolean_mask(first + 1, spread)], 1), ones)
@@ -92,9 +95,6 @@ def units(words: tuple, pieces: tuple):
     def per_unit(values, of, valid, reduce):  # (B, W + 1) by unit, each row's units in its own range
         ids = tf.where(valid, rows_of(of) * n_words + of, -1)
         return tf.reshape(segment(values, ids, batch * n_words, reduce), [batch, n_words])
-
-    def rows_of(x):
-        return tf.broadcast_to(tf.range(batch)[:, None], tf.shape(x))
 
     spans = (
         per_unit(word_start, unit_of_word, word_ok, tf.math.unsorted_segment_min),

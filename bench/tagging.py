@@ -1,0 +1,217 @@
+"""Does pretraining pay off for token tagging? A pretrained tiny encoder against the same model from
+scratch on People's Daily NER, softmax and CRF heads, 3 seeds each (issue 37's proof).
+
+    .venv/bin/python bench/tagging.py [--only PATTERN] [--dry_run] [--report]
+    make bench-tagging           # the same; about an hour and a half on 2 cores, in cells
+
+The grid:
+- **Task**: pd_ner (`pipeline.fetch_corpora pd_ner`: People's Daily 1998, PER / LOC / ORG, a
+  character per line). Fine-tuning reads 2,000 training sentences (a fixed draw), picks its best
+  epoch on 1,000 validation sentences (a fixed draw), and reports entity F1 on the whole test
+  split (6,575 sentences). Nothing is tuned on test.
+- **Pretraining**: the from-scratch study's recipe (bench/quality.py: tiny preset, seq_len 64,
+  WordPiece 8,000 trained on the corpus, jieba whole-word masking, dynamic masking, 30 minutes of
+  this machine counted in steps at its calibrated rate, 5.49 steps/s: 9,600 steps) on zh_news
+  with every validation and test sentence of pd_ner taken out. zh_news is the same month of
+  People's Daily as pd_ner, so the study's own run read the test sentences' text; this one reads
+  only the training split's (`corpus` records how many held-out sentences are still found in
+  it: 0 is the check).
+- **Fine-tuning**: `launch.finetune --task tag`, seq_len 64, doc_stride 32, batch 32, 8 epochs,
+  the default rate for the width (5e-4), layer decay 0.8; `--crf` with its default transition
+  rate (100x). Pretrained and `--from_scratch` (the run's vocab and shape, random weights) with
+  the same budget, seeds 0, 1, 2.
+- Cells write bench/results/tagging/CELL.json as each finishes and a rerun skips them; the report
+  gives entity F1 per type, the mean, the seed spread and the gap to scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.cells import Cells, run, summary  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "tagging"
+CELLS = Cells(RESULTS)
+done, record = CELLS.done, CELLS.record
+
+SEEDS = (0, 1, 2)
+HEADS = ("softmax", "crf")
+TRAIN_SENTENCES, VALIDATION_SENTENCES = 2000, 1000
+SEQ_LEN, DOC_STRIDE, BATCH, EPOCHS = 64, 32, 32, 8
+# bench/quality.py's Chinese MLM run: its calibrated rate (calibrate-zh-mlm) x 30 minutes, in the
+# 100-step units its schedule uses
+PRETRAIN_STEPS, PRETRAIN_LR = 9600, 1e-3
+
+
+def conll_sentences(path: Path) -> list[str]:
+    return [block for block in path.read_text(encoding="utf-8").split("\n\n") if block.strip()]
+
+
+def sentence_text(block: str) -> str:
+    return "".join(line.split(" ")[0] for line in block.splitlines())
+
+
+def subsets(data: Path, out: Path) -> dict[str, Path]:
+    """The training and validation draws (fixed seeds) and the whole test split, as CoNLL files."""
+    folder = out / "pd_ner"
+    files = {split: folder / f"{split}.conll" for split in ("train", "validation", "test")}
+    if all(path.exists() for path in files.values()):
+        return files
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", TRAIN_SENTENCES), ("validation", VALIDATION_SENTENCES), ("test", None)):
+        blocks = conll_sentences(data / "pd_ner" / f"{split}.conll")
+        if count is not None:
+            blocks = random.Random(0).sample(blocks, count)
+        files[split].write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return files
+
+
+def corpus(data: Path, out: Path) -> Path:
+    """zh_news without pd_ner's validation and test sentences: each paragraph cut into sentences
+    after 。！？ (pd_ner's cut), those of a held-out sentence's text dropped."""
+    folder = out / "corpus"
+    if done("corpus") is not None and (folder / "manifest.json").exists():
+        return folder
+    start = time.time()
+    held_out = {
+        sentence_text(block)
+        for split in ("validation", "test")
+        for block in conll_sentences(data / "pd_ner" / f"{split}.conll")
+    }
+    paragraphs, dropped = [], 0
+    news = (data / "zh_news" / "peoples_daily_199801.txt").read_text(encoding="utf-8")
+    for paragraph in news.split("\n\n"):
+        sentences = [s for s in re.split(r"(?<=[。！？])", paragraph.strip()) if s]
+        kept = [s for s in sentences if s not in held_out]
+        dropped += len(sentences) - len(kept)
+        if kept:
+            paragraphs.append("".join(kept))
+    text = "\n\n".join(paragraphs) + "\n"
+    still = sum(s in text for s in held_out if len(s) >= 10)  # a held-out sentence another cut kept
+    source = out / "zh_news_train_split.txt"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(text, encoding="utf-8")
+    seconds = run(["-m", "pipeline.build_corpus", "--input", str(source), "--output", str(folder),
+                   "--seq_len", str(SEQ_LEN), "--max_predictions", "10", "--dupe_factor", "1",
+                   "--vocab_size", "8000", "--vocab_model_type", "wordpiece",
+                   "--word_segmenter", "jieba", "--whole_word_mask"])  # fmt: skip
+    found = {"paragraphs": len(paragraphs), "sentences_dropped": dropped, "characters": len(text),
+             "held_out_sentences_of_10_or_more_still_in_it": still,
+             "build_seconds": round(seconds, 1)}  # fmt: skip
+    record("corpus", {"source": "zh_news minus pd_ner validation and test"}, found, time.time() - start)
+    return folder
+
+
+def pretrain(data: Path, out: Path) -> Path:
+    model_dir = out / "run"
+    if done("pretrain") is None:
+        start = time.time()
+        corpus_dir = corpus(data, out)
+        run(["-m", "launch.pretrain", "--data", str(corpus_dir), "--model_dir", str(model_dir),
+             "--objective", "mlm", "--preset", "tiny", "--strategy", "cpu", "--global_batch_size", "32",
+             "--learning_rate", str(PRETRAIN_LR), "--train_steps", str(PRETRAIN_STEPS),
+             "--warmup_steps", "960", "--dynamic_masking", "--log_every", "200",
+             "--checkpoint_every", "1600", "--eval_every", "1600", "--eval_steps", "20",
+             "--keep_checkpoints", "2", "--no-export"])  # fmt: skip
+        record("pretrain", {"steps": PRETRAIN_STEPS, "preset": "tiny", "seq_len": SEQ_LEN},
+               {"eval": json.loads((model_dir / "eval.json").read_text())}, time.time() - start)  # fmt: skip
+    return model_dir
+
+
+def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratch: bool) -> dict:
+    if (found := done(name)) is not None:
+        return found
+    import keras
+
+    from launch.finetune import finetune as run_finetune
+    from launch.tasks.config import FinetuneConfig
+
+    files = subsets(data, out)
+    config = FinetuneConfig(
+        task="tag", crf=head == "crf", model_dir=str(pretrain(data, out)), from_scratch=from_scratch,
+        train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
+        output=str(out / "finetune" / name), seq_len=SEQ_LEN, doc_stride=DOC_STRIDE, global_batch_size=BATCH,
+        epochs=EPOCHS, strategy="cpu", seed=seed, export=False,
+    )  # fmt: skip
+    start = time.time()
+    summary_ = run_finetune(config)
+    keras.backend.clear_session()
+    figures = json.loads((out / "finetune" / name / "eval.json").read_text())
+    test = figures["test"]
+    result = {"test_entity_f1": summary_["entity_f1"], "validation_entity_f1": figures["entity_f1"],
+              "test_per_type": {k: v["f1"] for k, v in test["per_type"].items()},
+              "unaligned_entities": test["unaligned_entities"], "best_epoch": summary_["best_epoch"],
+              "recipe": figures["recipe"]}  # fmt: skip
+    config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
+    return record(name, config_json, result, time.time() - start)
+
+
+def cells(data: Path, out: Path) -> dict:
+    grid = {"corpus": lambda: corpus(data, out), "pretrain": lambda: pretrain(data, out)}
+    for seed in SEEDS:  # seed 0 of every model first: a first comparison soonest
+        for head in HEADS:
+            for source in ("pretrained", "scratch"):
+                name = f"ft-{source}-{head}-seed{seed}"
+                grid[name] = lambda n=name, h=head, s=seed, src=source: finetune(
+                    n, data, out, h, s, from_scratch=src == "scratch"
+                )
+    return grid
+
+
+def report(results: dict[str, dict]) -> dict:
+    """Per model: test entity F1 by seed, mean and spread, per type; the gap to scratch."""
+    table = {}
+    for head in HEADS:
+        for source in ("pretrained", "scratch"):
+            found = [results[n] for n in (f"ft-{source}-{head}-seed{s}" for s in SEEDS) if n in results]
+            if found:
+                table[f"{source}-{head}"] = {
+                    "test_entity_f1": [round(r["test_entity_f1"], 4) for r in found],
+                    **summary([r["test_entity_f1"] for r in found]),
+                    "validation_mean": summary([r["validation_entity_f1"] for r in found])["mean"],
+                    "per_type_mean": {
+                        kind: round(sum(r["test_per_type"][kind] for r in found) / len(found), 4)
+                        for kind in found[0]["test_per_type"]
+                    },
+                }
+    gaps = {}
+    for head in HEADS:
+        a, b = table.get(f"pretrained-{head}"), table.get(f"scratch-{head}")
+        if a and b and a["n"] == b["n"] == len(SEEDS):
+            gaps[head] = {"gap": a["mean"] - b["mean"], "larger_spread": max(a["spread"], b["spread"])}
+    return {"models": table, "pretrained_minus_scratch": gaps,
+            "corpus": results.get("corpus"), "pretrain": results.get("pretrain")}  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(REPO / "data"))
+    p.add_argument("--out", default=str(REPO / "out" / "bench-tagging"))
+    p.add_argument(
+        "--only", default="", help="run the cells whose name contains any of these (comma-separated)"
+    )
+    p.add_argument("--dry_run", action="store_true", help="list the cells, done or to do")
+    p.add_argument("--report", action="store_true", help="only print the report of the cells done")
+    args = p.parse_args()
+    data, out = Path(args.data), Path(args.out)
+    if not args.report:
+        from pipeline.fetch_corpora import pd_ner, zh_news
+
+        pd_ner(data), zh_news(data)
+        CELLS.run_grid(cells(data, out), args.only, args.dry_run)
+    print(json.dumps(report(CELLS.results()), indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
