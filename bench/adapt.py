@@ -42,7 +42,6 @@ Each cell writes bench/results/adapt/CELL.json when done; a rerun skips it (benc
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -54,7 +53,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.cells import Cells, run, summary  # noqa: E402
+from bench.cells import Cells, command_line, run, summary  # noqa: E402
 
 CELLS = Cells(REPO / "bench" / "results" / "adapt")
 RELEASE = "all-MiniLM-L6-v2"
@@ -327,20 +326,7 @@ def report(results: dict[str, dict]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default=str(REPO / "data"))
-    p.add_argument("--out", default=str(REPO / "out" / "bench-adapt"))
-    p.add_argument(
-        "--only", default="", help="run the cells whose name contains any of these (comma-separated)"
-    )
-    p.add_argument("--dry_run", action="store_true", help="list the cells, done or to do")
-    p.add_argument("--report", action="store_true", help="only print the report of the cells done")
-    args = p.parse_args()
-    data, out = Path(args.data), Path(args.out)
-    if not args.report:
-        CELLS.run_grid(cells(data, out), args.only, args.dry_run)
-    print(json.dumps(report(CELLS.results()), indent=2, sort_keys=True))
-    return 0
+    return command_line(__doc__, CELLS, cells, report, REPO / "out" / "bench-adapt")
 
 
 if __name__ == "__main__":

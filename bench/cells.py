@@ -76,6 +76,30 @@ class Cells:
         return self.record(name, config_json, result, time.time() - start)
 
 
+def command_line(doc: str, cells: Cells, grid, report, out: Path, fetch=()) -> int:
+    """A cell bench's command line: --data, --out, --only, --dry_run, --report. Runs the cells of
+    `grid(data, out)` not done yet (after each of `fetch` (data) fetched its corpus), then prints
+    `report(results)` as JSON."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--data", default=str(REPO / "data"))
+    p.add_argument("--out", default=str(out), help="runs and corpora (not committed)")
+    p.add_argument(
+        "--only", default="", help="run the cells whose name contains any of these (comma-separated)"
+    )
+    p.add_argument("--dry_run", action="store_true", help="list the cells, done or to do")
+    p.add_argument("--report", action="store_true", help="only print the report of the cells done")
+    args = p.parse_args()
+    data, out = Path(args.data), Path(args.out)
+    if not args.report:
+        for fetcher in fetch:
+            fetcher(data)
+        cells.run_grid(grid(data, out), args.only, args.dry_run)
+    print(json.dumps(report(cells.results()), indent=2, sort_keys=True))
+    return 0
+
+
 def summary(values: list[float]) -> dict:
     """Mean, spread (max - min) and count of a cell group's figures (seeds)."""
     return {"mean": statistics.mean(values), "spread": max(values) - min(values), "n": len(values)}
