@@ -136,7 +136,7 @@ def raw_span_extractor(model: keras.Model, text_encoder: TextEncoder, *, max_que
         stripped = tf.strings.regex_replace(left, f"[{SPACES}]+$", "")
         begin += length(answer) - length(left)
         end = begin + length(stripped)
-        none = ~found
+        none = ~found | (length(stripped) == 0)  # e.g. a lone "▁" piece: only a space
         if allow_null:
             none |= tf.cast(null, tf.float64) > tf.cast(best, tf.float64) + null_threshold
         return {

@@ -5,6 +5,7 @@ and it survives a SavedModel."""
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -30,6 +31,7 @@ def examples(botchan, tmp_path) -> list[SpanExample]:
 
 
 def tiny_model(vocab_size: int):
+    keras.utils.set_random_seed(4)
     bert = BertConfig(
         vocab_size, hidden_size=12, num_layers=1, num_heads=3, intermediate_size=17, max_position=32
     )
