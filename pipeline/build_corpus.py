@@ -116,17 +116,19 @@ def build_pipeline(
     def documents(name: str):  # (key, text) of every document kept
         return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if rereadable else kept
 
-    # what reading, deduplication and curation counted: an empty sample says which of them emptied it
-    before_vocab = beam.pvalue.AsSingleton(
-        (read.stats, unique.stats, *curation_stats)
-        | "StatsBeforeVocab" >> beam.Flatten()
-        | "SumStatsBeforeVocab" >> beam.CombineGlobally(SumCounters())
-    )
+    def counted_before_vocab():  # what reading, deduplication and curation counted: an empty
+        # vocab sample then says which of them emptied it
+        return beam.pvalue.AsSingleton(
+            (read.stats, unique.stats, *curation_stats)
+            | "StatsBeforeVocab" >> beam.Flatten()
+            | "SumStatsBeforeVocab" >> beam.CombineGlobally(SumCounters())
+        )
+
     if given_vocab is None:
-        vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg, counted=before_vocab)
+        vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg, counted=counted_before_vocab())
     elif cfg.extend_vocab:
         vocab = documents("RereadForVocab") | "ExtendVocab" >> TrainVocab(
-            cfg, base=given_vocab, counted=before_vocab
+            cfg, base=given_vocab, counted=counted_before_vocab()
         )
     else:
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])

@@ -53,17 +53,14 @@ class TrainVocab(beam.PTransform):
 def nothing_left(counted: dict | None) -> str:
     """Why a build has no text left: curation, when it removed documents (its counts per stage and
     rule), or the input itself."""
-    removed = {
-        stage: (counted or {}).get(f"curation/{stage}/documents_removed", 0) for stage in CURATION_STAGES
-    }
-    if not any(removed.values()):
-        return "no text to train a vocab on: every input document was empty or skipped; check --input"
+    counted = counted or {}
     summary = curation_summary(counted)
-    read = counted.get("input/documents", 0)
-    copies = counted.get("skipped/duplicate_document", 0)
+    if not any(summary[stage]["documents_removed"] for stage in CURATION_STAGES):
+        return "no text to train a vocab on: every input document was empty or skipped; check --input"
+    read, copies = counted.get("input/documents", 0), summary["exact_dedup"]["documents_removed"]
     parts = []
     for stage in ("language", "quality", "near_dedup"):  # the order they run in
-        part = f"{stage} {removed[stage]:,}"
+        part = f"{stage} {summary[stage]['documents_removed']:,}"
         if stage == "quality" and summary["quality"]["rules"]:
             rules = sorted(summary["quality"]["rules"].items(), key=lambda kv: -kv[1]["documents_removed"])
             part += " (" + ", ".join(f"{rule} {c['documents_removed']:,}" for rule, c in rules) + ")"
