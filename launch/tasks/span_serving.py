@@ -26,18 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from launch.serving import id_specs, write_saved_model
-from launch.tasks.tag_serving import SPACES, best_window, dense
+from launch.tasks.tag_serving import SPACES, best_window, dense, rows_at
 from launch.tasks.text_encoder import TextEncoder
 from model.encoder import TASK_INPUTS
-
-
-def rows_at(table, row: tf.Tensor, at: tf.Tensor) -> tf.Tensor:
-    """(W, T) values of `table` (B, N; ragged, or dense from `dense`): row `row` (W,), position
-    `at` (W, T), clipped into range."""
-    if isinstance(table, tf.RaggedTensor):
-        table = dense(table, 0)
-    width = tf.shape(table)[1]
-    return tf.gather(tf.reshape(table, [-1]), row[:, None] * width + tf.clip_by_value(at, 0, width - 1))
 
 
 def windows_of(text_encoder: TextEncoder, question, context, max_query_length: int, doc_stride: int) -> dict:

@@ -60,6 +60,15 @@ def dense(ragged: tf.RaggedTensor, pad: int) -> tf.Tensor:
     return tf.concat([rows, tf.fill([tf.shape(rows)[0], 1], pad)], axis=1)
 
 
+def rows_at(table, row: tf.Tensor, at: tf.Tensor) -> tf.Tensor:
+    """(W, T) values of `table` (B, N; ragged, or dense from `dense`): row `row` (W,), position
+    `at` (W, T), clipped into range."""
+    if isinstance(table, tf.RaggedTensor):
+        table = dense(table, 0)
+    width = tf.shape(table)[1]
+    return tf.gather(tf.reshape(table, [-1]), row[:, None] * width + tf.clip_by_value(at, 0, width - 1))
+
+
 def segment(values, ids, count: tf.Tensor, reduce):
     """`reduce` of `values` (B, N) into `count` segments by `ids` (B, N); ids < 0 go nowhere."""
     ids = tf.where(ids >= 0, ids, count)
@@ -159,9 +168,8 @@ def raw_tagger(tagger: keras.Model, text_encoder: TextEncoder, labels: Sequence[
         t = tf.range(seq_len)[None]
         piece = start[:, None] + t - 1
         in_piece = (t >= 1) & (t <= size[:, None])
-        width = tf.shape(piece_unit)[1]
-        flat = tf.cast(row, tf.int32)[:, None] * width + tf.clip_by_value(piece, 0, width - 1)
-        piece_ids = tf.gather(tf.reshape(dense(ids, 0), [-1]), flat)
+        row = tf.cast(row, tf.int32)
+        piece_ids = rows_at(ids, row, piece)
         sep = tf.where(t == size[:, None] + 1, text_encoder.sep_id, 0)
         special = tf.where(t == 0, text_encoder.cls_id, sep)
         features = {
@@ -169,7 +177,7 @@ def raw_tagger(tagger: keras.Model, text_encoder: TextEncoder, labels: Sequence[
             "input_mask": tf.cast(t <= size[:, None] + 1, tf.int32),
             "segment_ids": tf.zeros_like(piece_ids),
         }
-        decoded = decode(features, in_piece & tf.gather(tf.reshape(reads, [-1]), flat))
+        decoded = decode(features, in_piece & rows_at(reads, row, piece))
 
         # each unit's label from the window its first piece is read in
         owned = first_piece >= 0
