@@ -1,15 +1,19 @@
 """NearDeduplicate: (key, text) -> the near-duplicates to remove, by MinHash LSH (`minhash.py`).
 
-  Sign             (key, text) -> (key, signature) and (bucket, key) per band, (key, bytes)
+  Sign             (key, text) -> (bucket, (key, bytes, signature)), one per band
   GroupBuckets     documents that agree on a whole band
-  CandidatePairs   pairs from each bucket, once each however many bands they share
-  Confirm          both signatures joined to each pair; kept where the estimate passes
+  ConfirmPairs     pairs within each bucket whose signatures pass the estimate
   Components       confirmed pairs -> clusters (union-find); each keeps its smallest content key
-  Removed          every other member: a `Removal`, with its bytes joined back
+  Removed          every other member: a `Removal`
 
-Only keys, signatures and sizes pass through the shuffles, never text. The clusters are found in
-one place (a global combine over confirmed pairs), so that step holds a key per near-duplicate:
-for a web crawl with a third duplicated, about 100 bytes per duplicated document.
+Only keys, sizes and signatures pass the shuffle, never text. A document's signature travels with
+each of its bucket entries (14 x 896 bytes for FineWeb's 14 x 8), so that a bucket confirms its
+own pairs: one shuffle where joining signatures to candidate pairs took four more (distinct pairs,
+two joins and the sizes' join), which cost a 3.4 MB build 0.5-0.8 s more. The price is shuffle
+bytes, about six times the joins' (docs/corpus.md). A pair that shares several buckets is
+confirmed in each, with the same answer; the union-find takes it once. The clusters are found in
+one place (a global combine over confirmed pairs), so that step holds a key and a size per
+near-duplicate: for a web crawl with a third duplicated, about 100 bytes per duplicated document.
 """
 
 from __future__ import annotations
@@ -51,46 +55,32 @@ class _Sign(beam.DoFn):
         _progress.stage("near-dedup signatures", unit="documents").add(1)
         if signature is None:  # nothing but punctuation: nothing to compare
             return
-        yield key, signature.tobytes()
-        yield beam.pvalue.TaggedOutput("sizes", (key, len(text.encode("utf-8"))))
+        member = (key, len(text.encode("utf-8")), signature.tobytes())
         for bucket in self._hasher.bucket_keys(signature):
-            yield beam.pvalue.TaggedOutput("buckets", (bucket, key))
+            yield bucket, member
 
 
-def _candidate_pairs(bucket):
-    _, keys = bucket
-    keys = sorted(set(keys))
-    if len(keys) <= ALL_PAIRS_UP_TO:
-        yield from ((a, b) for i, a in enumerate(keys) for b in keys[i + 1 :])
+def _confirmed_pairs(bucket, needed: float):
+    """(bucket, [(key, bytes, signature)...]) -> ((key, bytes), (key, bytes)) for each pair the
+    bucket makes whose signatures agree on at least `needed` of their positions."""
+    _, members = bucket
+    members = sorted(set(members))  # by content key: one entry per document
+    if len(members) <= ALL_PAIRS_UP_TO:
+        pairs = ((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
     else:
-        yield from ((keys[0], b) for b in keys[1:])
-
-
-def _by_second(joined):
-    """(first, {pair: [second...], signature: [sig]}) -> (second, (first, sig))."""
-    first, grouped = joined
-    for signature in grouped["signature"]:
-        for second in grouped["pair"]:
-            yield second, (first, signature)
-
-
-def _confirm(joined, needed: float):
-    """(second, {half: [(first, sig)...], signature: [sig]}) -> (first, second) where the
-    signatures agree on at least `needed` of their positions."""
-    second, grouped = joined
-    for signature in grouped["signature"]:
-        b = np.frombuffer(signature, dtype=np.uint64)
-        for first, first_signature in grouped["half"]:
-            if minhash.estimated_jaccard(np.frombuffer(first_signature, dtype=np.uint64), b) >= needed:
-                yield first, second
+        pairs = ((members[0], b) for b in members[1:])
+    signatures = {key: np.frombuffer(signature, dtype=np.uint64) for key, _, signature in members}
+    for (a, a_bytes, _), (b, b_bytes, _) in pairs:
+        if minhash.estimated_jaccard(signatures[a], signatures[b]) >= needed:
+            yield (a, a_bytes), (b, b_bytes)
 
 
 class _Components(beam.CombineFn):
-    """Confirmed pairs -> {member: root} over all of them: union-find whose root is always the
-    smallest key, so the kept document does not depend on the order pairs arrive in."""
+    """Confirmed pairs -> {member: (root, its bytes)} over all of them: union-find whose root is
+    always the smallest key, so the kept document does not depend on the order pairs arrive in."""
 
     def create_accumulator(self):
-        return {}
+        return {}, {}  # parent, bytes
 
     @staticmethod
     def _find(parent: dict, key: int) -> int:
@@ -107,43 +97,39 @@ class _Components(beam.CombineFn):
             parent[max(ra, rb)] = min(ra, rb)
             parent.setdefault(min(ra, rb), min(ra, rb))
 
-    def add_input(self, parent, pair):
-        self._union(parent, *pair)
-        return parent
+    def add_input(self, accumulator, pair):
+        parent, sizes = accumulator
+        (a, a_bytes), (b, b_bytes) = pair
+        self._union(parent, a, b)
+        sizes[a], sizes[b] = a_bytes, b_bytes
+        return accumulator
 
     def merge_accumulators(self, accumulators):
         accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for other in accumulators:
-            for key, parent in other.items():
-                self._union(merged, key, parent)
-        return merged
+        parent, sizes = next(accumulators)
+        for other_parent, other_sizes in accumulators:
+            for key, up in other_parent.items():
+                self._union(parent, key, up)
+            sizes.update(other_sizes)
+        return parent, sizes
 
-    def extract_output(self, parent):
-        return {key: self._find(parent, key) for key in parent}
-
-
-def _removals(roots: dict):
-    """{member: root} -> (member, (cluster size, root)) for every member but its cluster's root;
-    the cluster-size histogram on a "stats" output."""
-    sizes = Counter(roots.values())
-    histogram = Counter(f"curation/near_dedup/clusters_of/{n}" for n in sizes.values())
-    yield beam.pvalue.TaggedOutput("stats", count_stats(histogram))
-    for member, root in sorted(roots.items()):
-        if member != root:
-            yield member, (sizes[root], root)
+    def extract_output(self, accumulator):
+        parent, sizes = accumulator
+        return {key: (self._find(parent, key), sizes[key]) for key in parent}
 
 
-def _with_bytes(joined):
-    """(key, {cluster: [(size, root)], bytes: [n]}) -> (key, Removal) and its stats."""
-    key, grouped = joined
-    for size, root in grouped["cluster"]:
-        n_bytes = next(iter(grouped["bytes"]), 0)  # one per key: exact copies are gone before this stage
-        stats = Counter(
-            {"curation/near_dedup/documents_removed": 1, "curation/near_dedup/bytes_removed": n_bytes}
-        )
-        yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
-        yield key, Removal("near_dedup", "near_duplicate", size, n_bytes, kept=root)
+def _removals(members: dict):
+    """{member: (root, bytes)} -> (member, Removal) for every member but its cluster's root; the
+    cluster-size histogram and the documents and bytes removed on a "stats" output."""
+    cluster_sizes = Counter(root for root, _ in members.values())
+    stats = Counter(f"curation/near_dedup/clusters_of/{n}" for n in cluster_sizes.values())
+    removed = [(m, root, n_bytes) for m, (root, n_bytes) in sorted(members.items()) if m != root]
+    if removed:
+        stats["curation/near_dedup/documents_removed"] = len(removed)
+        stats["curation/near_dedup/bytes_removed"] = sum(n_bytes for _, _, n_bytes in removed)
+    yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
+    for member, root, n_bytes in removed:
+        yield member, Removal("near_dedup", "near_duplicate", cluster_sizes[root], n_bytes, kept=root)
 
 
 class NearDeduplicate(beam.PTransform):
@@ -157,29 +143,12 @@ class NearDeduplicate(beam.PTransform):
     def expand(self, docs):
         cfg = self._cfg
         needed = minhash.confirm_threshold(cfg.near_dedup_threshold, cfg.minhash_bands * cfg.minhash_rows)
-        signed = docs | "Sign" >> beam.ParDo(_Sign(cfg)).with_outputs("buckets", "sizes", main="signatures")
-        pairs = (
-            signed.buckets
-            | "GroupBuckets" >> beam.GroupByKey()
-            | "CandidatePairs" >> beam.FlatMap(_candidate_pairs)
-            | "DistinctPairs" >> beam.Distinct()
-        )
-        halves = (
-            {"pair": pairs, "signature": signed.signatures}
-            | "JoinFirst" >> beam.CoGroupByKey()
-            | "BySecond" >> beam.FlatMap(_by_second)
-        )
-        clusters = (
-            {"half": halves, "signature": signed.signatures}
-            | "JoinSecond" >> beam.CoGroupByKey()
-            | "Confirm" >> beam.FlatMap(_confirm, needed)
-            | "Components" >> beam.CombineGlobally(_Components())
-            | "Clusters" >> beam.FlatMap(_removals).with_outputs("stats", main="members")
-        )
         removed = (
-            {"cluster": clusters.members, "bytes": signed.sizes}
-            | "JoinBytes" >> beam.CoGroupByKey()
-            | "Removed" >> beam.FlatMap(_with_bytes).with_outputs("stats", main="removed")
+            docs
+            | "Sign" >> beam.ParDo(_Sign(cfg))
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "ConfirmPairs" >> beam.FlatMap(_confirmed_pairs, needed)
+            | "Components" >> beam.CombineGlobally(_Components())
+            | "Removed" >> beam.FlatMap(_removals).with_outputs("stats", main="removed")
         )
-        stats = (clusters.stats, removed.stats) | "NearDedupStats" >> beam.Flatten()
-        return removed.removed, stats
+        return removed.removed, removed.stats

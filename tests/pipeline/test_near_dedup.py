@@ -148,3 +148,69 @@ def test_a_segmenters_words_are_units_too(zh_reviews):
     chars = minhash.units(review, "chars")
     assert "".join(words) == "".join(chars)  # the same text, cut into fewer, longer units
     assert len(words) < len(chars) and max(map(len, words)) > 1
+
+
+def test_ascii_text_is_cut_as_normalise_cuts_it(python_docs):
+    """ASCII text skips the regular expressions (one byte map): its words and characters are
+    those of `normalise` on real files and on every ASCII character."""
+    texts = [path.read_text(encoding="utf-8") for path in sorted(python_docs.rglob("*.txt"))[::9]]
+    rng = random.Random(4)
+    texts += ["".join(map(chr, range(128)))] + ["".join(chr(rng.randrange(128)) for _ in range(301))] * 5
+    texts = [t for t in texts if t.isascii()]
+    assert len(texts) > 10
+    for text in texts:
+        normal = minhash.normalise(text)
+        assert minhash.units(text, "words") == normal.split()
+        assert minhash.units(text, "chars") == [c for c in normal if not c.isspace()]
+
+
+def test_a_signature_is_the_minimum_of_each_hash_function(words):
+    """Signing in blocks, in place, gives each hash function's plain minimum over all shingles
+    (2,500 shingles: more than two blocks)."""
+    hasher = minhash.MinHasher(5, 3, seed=11)
+    shingles = minhash.shingle_hashes(minhash.units(" ".join(words[:2600]), "words"), 5)
+    assert shingles.size > 2 * 1024
+    x = shingles[:, None] ^ hasher._seeds[None, :]
+    for shift, multiplier in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, 1)):
+        x = (x ^ (x >> np.uint64(shift))) * np.uint64(multiplier)
+    np.testing.assert_array_equal(hasher.signature(shingles), x.min(axis=0))
+
+
+def reference_removals(texts: list[str], config: CorpusConfig) -> list:
+    """Near-dedup's decisions written plainly: every pair that shares a band's bucket (all pairs,
+    or each with the smallest key in a bucket over ALL_PAIRS_UP_TO), confirmed by its estimate,
+    then clusters by repeated merging; each keeps its smallest key."""
+    from pipeline.curation.near_dedup import ALL_PAIRS_UP_TO
+
+    hasher = minhash.MinHasher(config.minhash_bands, config.minhash_rows, config.seed)
+    signatures = {content_key(t): hasher.signature(shingles(t)) for t in texts}
+    buckets: dict[int, set] = {}
+    for key, signature in signatures.items():
+        for bucket in hasher.bucket_keys(signature):
+            buckets.setdefault(bucket, set()).add(key)
+    needed = minhash.confirm_threshold(config.near_dedup_threshold, hasher.size)
+    cluster = {key: {key} for key in signatures}
+    for members in map(sorted, buckets.values()):
+        pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
+        if len(members) > ALL_PAIRS_UP_TO:
+            pairs = [(members[0], b) for b in members[1:]]
+        for a, b in pairs:
+            if minhash.estimated_jaccard(signatures[a], signatures[b]) >= needed:
+                merged = cluster[a] | cluster[b]
+                for key in merged:
+                    cluster[key] = merged
+    size = {content_key(t): len(t.encode()) for t in texts}
+    return [(key, min(c), len(c), size[key]) for key, c in cluster.items() if key != min(c)]
+
+
+@pytest.mark.slow  # a Beam pipeline (or jieba's dictionary) per case: `make test`, not test-quick
+def test_the_stage_decides_as_the_plain_definition(words):
+    """Planted copies at edit rates around the threshold, and 40 identical-but-for-a-word copies
+    (a bucket over ALL_PAIRS_UP_TO): the stage removes what the plain definition removes."""
+    texts = [" ".join(words[i : i + 157]) for i in range(20_000, 28_000, 500)]
+    texts += [edited(t, rate, seed) for seed, t in enumerate(texts) for rate in (0.01, 0.04, 0.08)]
+    crowd = " ".join(words[30_000:30_400])
+    texts += [edited(crowd, 0.003, seed) for seed in range(40)]
+    expected = reference_removals(texts, cfg())
+    assert len(expected) > 40  # the premise: many removals, of both kinds
+    run_near_dedup(texts, cfg(), expected)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 
@@ -128,3 +129,53 @@ def test_ngram_repetition_matches_the_plain_scan(botchan):
                 figure = grams.duplicate_chars(n, enough=limit)
                 assert figure >= exact[n] and (figure <= limit) == (exact[n] <= limit), (n, limit)
     assert reference_duplicate_chars(repeated, 10) > reference_duplicate_chars(words, 5)  # repeats planted
+
+
+@pytest.fixture(scope="module")
+def documents(python_docs, botchan, lines) -> list[str]:
+    """Real documents of every shape the rules meet: Python docs files (blank lines, markup,
+    repeated lines), Botchan passages, and the planted bad passages."""
+    files = sorted(python_docs.rglob("*.txt"))[::7]
+    words = botchan.read_text(encoding="utf-8").split()
+    passages = [" ".join(words[i : i + 37 + i % 500]) for i in range(0, 60_000, 1_500)]
+    return [path.read_text(encoding="utf-8") for path in files] + passages + list(planted(lines).values())
+
+
+def reference_word_figures(text: str) -> dict[str, float]:
+    """Gopher's word figures the plain way, token by token (the counted rewrite must agree)."""
+    words = quality._TOKENS.findall(text)
+    real = [w for w in words if w[0].isalnum() or (w[0] == "_" and w.strip("_"))]
+    figures = {
+        "gopher_word_count": len(real),
+        "gopher_alpha_words": sum(any(c.isalpha() for c in w) for w in real) / max(len(words), 1),
+        "gopher_stop_words": sum(w.lower() in quality.STOP_WORDS for w in words),
+    }
+    if real:
+        figures["gopher_mean_word_length"] = sum(map(len, real)) / len(real)
+    return figures
+
+
+def reference_top_chars(words: list[str], n: int) -> int:
+    """Characters of the most frequent n-gram's occurrences (the first such on a tie), spaces in."""
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return 0
+    gram, count = Counter(grams).most_common(1)[0]
+    return (sum(map(len, gram)) + n - 1) * count
+
+
+def test_the_fast_figures_are_the_plain_definitions(documents):
+    """Each figure computed the fast way (distinct tokens counted once, n-gram counts from a
+    sort, C4 stopping once enough sentences are in) equals its plain definition on real text."""
+    thresholds = quality.Thresholds()
+    for text in documents:
+        measured = {rule: value for rule, value, _ in quality.gopher_quality(text, False, thresholds)}
+        assert {rule: measured[rule] for rule in reference_word_figures(text)} == reference_word_figures(text)
+        words = quality._TOKENS.findall(text)
+        grams = quality._NGrams(words)
+        assert [grams.top_chars(n) for n in (2, 3, 4)] == [reference_top_chars(words, n) for n in (2, 3, 4)]
+        *_, (rule, counted, _) = quality.c4(text, False, quality.Thresholds(c4_min_sentences=10**9))
+        for least in (1, 3, 5, 8):  # the decision and the figure of a failure: the whole count's
+            *_, (last, figure, passes) = quality.c4(text, False, quality.Thresholds(c4_min_sentences=least))
+            if rule == last == "c4_too_few_sentences":
+                assert passes == (counted >= least) and (passes or figure == counted)
