@@ -213,10 +213,10 @@ def report(results: dict[str, dict]) -> dict:
 
 
 def main() -> int:
-    from pipeline.fetch_corpora import pd_ner, zh_news
+    from pipeline.fetch_corpora import minilm, pd_ner, zh_news
 
     out = REPO / "out" / "bench-tagging"
-    return command_line(__doc__, CELLS, cells, report, out, fetch=(pd_ner, zh_news))
+    return command_line(__doc__, CELLS, cells, report, out, fetch=(pd_ner, zh_news, minilm))
 
 
 if __name__ == "__main__":
