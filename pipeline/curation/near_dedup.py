@@ -65,6 +65,8 @@ def _confirmed_pairs(bucket, needed: float):
     bucket makes whose signatures agree on at least `needed` of their positions."""
     _, members = bucket
     members = sorted(set(members))  # by content key: one entry per document
+    if len(members) < 2:  # most buckets
+        return
     if len(members) <= ALL_PAIRS_UP_TO:
         pairs = ((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
     else:

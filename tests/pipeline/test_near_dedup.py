@@ -165,8 +165,8 @@ def test_ascii_text_is_cut_as_normalise_cuts_it(python_docs):
 
 
 def test_a_signature_is_the_minimum_of_each_hash_function(words):
-    """Signing in blocks, in place, gives each hash function's plain minimum over all shingles
-    (2,500 shingles: more than two blocks)."""
+    """Signing in blocks gives each hash function's plain minimum over all shingles (2,500
+    shingles: more than two blocks)."""
     hasher = minhash.MinHasher(5, 3, seed=11)
     shingles = minhash.shingle_hashes(minhash.units(" ".join(words[:2600]), "words"), 5)
     assert shingles.size > 2 * 1024
