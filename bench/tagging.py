@@ -130,13 +130,18 @@ def pretrain(data: Path, out: Path) -> Path:
              "--keep_checkpoints", "2", "--no-export"])  # fmt: skip
         record("pretrain", {"steps": PRETRAIN_STEPS, "preset": "tiny", "seq_len": SEQ_LEN},
                {"eval": json.loads((model_dir / "eval.json").read_text())}, time.time() - start)  # fmt: skip
-    elif not (model_dir / "eval.json").exists():  # out/ is not committed: a new checkout lacks the run
+    elif run_lost(out):
         sys.exit(
             f"{model_dir}: the pretraining run that pretrain.json records is not here, and a new one "
             "would be another encoder than the finished cells'; to start the pretrained cells over, "
             f"remove {CELLS.path('pretrain')} and their ft-pretrained-*, crf-rate-* results"
         )
     return model_dir
+
+
+def run_lost(out: Path) -> bool:
+    """pretrain.json is here but its run is not: out/ is not committed, so a new checkout lacks it."""
+    return done("pretrain") is not None and not (out / "run" / "eval.json").exists()
 
 
 def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratch: bool = False,
@@ -171,17 +176,17 @@ def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratc
 
 def cells(data: Path, out: Path) -> dict:
     grid = {"corpus": lambda: corpus(data, out), "pretrain": lambda: pretrain(data, out)}
-    run_lost = done("pretrain") is not None and not (out / "run" / "eval.json").exists()
-    if run_lost:
+    lost = run_lost(out)
+    if lost:
         print("the pretraining run is not in this checkout: its cells are left out (pretrain() says more)")
     for seed in SEEDS:  # seed 0 of every model first: a first comparison soonest
         for head in HEADS:
-            for source in ("scratch",) if run_lost else ("pretrained", "scratch"):
+            for source in ("scratch",) if lost else ("pretrained", "scratch"):
                 name = f"ft-{source}-{head}-seed{seed}"
                 grid[name] = lambda n=name, h=head, s=seed, src=source: finetune(
                     n, data, out, h, s, from_scratch=src == "scratch"
                 )
-    for multiplier in () if run_lost else CRF_RATES:
+    for multiplier in () if lost else CRF_RATES:
         name = f"crf-rate-{multiplier}"
         grid[name] = lambda n=name, m=multiplier: finetune(n, data, out, "crf", 0, crf_lr_multiplier=m,
                                                              model_dir=str(pretrain(data, out)))  # fmt: skip

@@ -142,8 +142,7 @@ class _NGrams:
     def __init__(self, words: list[str]):
         index = {w: i for i, w in enumerate(dict.fromkeys(words))}  # ids in order of first use
         self.ids = np.fromiter(map(index.__getitem__, words), dtype=np.uint64, count=len(words))
-        self.ends = np.zeros(len(words) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)), out=self.ends[1:])
+        self.ends = np.cumsum([0, *map(len, words)])
         self._repeated: dict[int, np.ndarray] = {}  # n -> which n-gram positions repeat an earlier one
 
     def grams(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -255,7 +254,7 @@ def gopher_quality(text: str, cjk: bool, t: Thresholds):
         if word[0].isalnum() or (word[0] == "_" and word.strip("_")):  # not punctuation
             n_real += count
             real_chars += count * len(word)
-            if word.isalpha() or any(map(str.isalpha, word)):
+            if any(map(str.isalpha, word)):
                 alpha += count
             if word.lower() in STOP_WORDS:
                 stops += count
