@@ -18,7 +18,10 @@ between files), a lower-cased 30,522-piece WordPiece vocab.txt (trained by bertb
 Google's uncased vocab cannot be downloaded here), seq_len 128, 20 predictions, dupe 5, NSP.
 Per builder: seconds (the median of --repeats runs, 3, taken in turns: this machine's speed drifts
 by 15 % from minute to minute), peak RSS, rows, real tokens per row (fill) and full rows; the ratio
-is Google's time over ours. Target: >= 5x, and a fill at least Google's.
+is Google's time over ours. Target: >= 5x, and a fill at least Google's. In the same turns, the
+tokenizer alone (`tokenizers`, the same vocab, every core) encodes every line of the same file:
+"tokenizer/ours" is its time over the build's (issue 38's target: >= 0.5). The medians and runs
+are written to bench/results/corpus_google.json.
 
 Chinese (zh_reviews, ~7.4 MB): per DirectRunner mode, the whole-word build with a trained
 character WordPiece vocab, without a segmenter and with jieba, beside jieba alone on the same
@@ -43,6 +46,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 from pipeline.fetch_corpora import python_docs, zh_reviews  # noqa: E402
@@ -82,6 +86,21 @@ except SystemExit:
     pass
 print("BENCH " + json.dumps({"seconds": time.perf_counter() - start}))
 """.replace("import sys, time", "import json, sys, time")
+
+
+# The tokenizer alone (issue 38's reference): `tokenizers`' WordPiece with the same vocab and
+# lower-casing, its own thread pool on every core, encoding every non-blank line of the same file
+# (offsets included, as a user would call it), timed from after the file is read.
+ENCODE_ONE = """
+import json, sys, time
+from tokenizers import BertWordPieceTokenizer
+tokenizer = BertWordPieceTokenizer(sys.argv[2], lowercase=True)
+with open(sys.argv[1], encoding="utf-8") as f:
+    lines = [line for line in f.read().split("\\n") if line.strip()]
+start = time.perf_counter()
+tokenizer.encode_batch(lines, add_special_tokens=False)
+print("BENCH " + json.dumps({"seconds": time.perf_counter() - start}))
+"""
 
 
 def run_pipeline(args: list[str], script: str = RUN_ONE) -> tuple[float, float]:
@@ -313,6 +332,7 @@ def against_google(data: str, cores: int, repeats: int) -> None:
                 str(workers),
             ]
             builds.append((f"bertbeam {mode}", workers, ours, RUN_ONE, out))
+        builds.append(("tokenizer alone", cores, [str(text), str(vocab)], ENCODE_ONE, None))
         # Each builder `repeats` times, in turns (a slow minute on a shared machine hits them all):
         # the median, and the spread.
         times: dict[str, list[float]] = {name: [] for name, *_ in builds}
@@ -323,33 +343,43 @@ def against_google(data: str, cores: int, repeats: int) -> None:
                 times[name].append(seconds)
                 peaks[name] = max(peaks[name], peak)
         for name, workers, _, _, out in builds:
+            if out is None:
+                continue
             files = [str(out)] if name.startswith("google") else read_manifest(str(out)).files("train")
             rows.append((name, workers, statistics.median(times[name]), peaks[name], *fill(files)))
         spread = "; ".join(f"{name} {min(t):.1f}-{max(t):.1f} s" for name, t in times.items())
         print(f"seconds: the median of {repeats} runs each, in turns ({spread})")
-        reference = rows[0][2]
+        reference, encode = rows[0][2], statistics.median(times["tokenizer alone"])
         print(
             f"{'builder':>28} {'workers':>7} {'seconds':>7} {'peak MiB':>8} {'rows':>8} {'real/row':>8} "
-            f"{'fill':>6} {'full':>6} {'google/ours':>11}"
+            f"{'fill':>6} {'full':>6} {'google/ours':>11} {'tokenizer/ours':>14}"
         )
         for name, workers, seconds, peak, n, real, full in rows:
             print(
                 f"{name:>28} {workers:>7} {seconds:>7.1f} {peak:>8.0f} {n:>8,} {real:>8.1f} "
-                f"{real / 128:>6.1%} {full:>6.1%} {reference / seconds:>10.2f}x"
+                f"{real / 128:>6.1%} {full:>6.1%} {reference / seconds:>10.2f}x {encode / seconds:>14.2f}"
             )
-        print(
-            json.dumps(
-                {
-                    name: {
-                        "seconds": round(s, 2),
-                        "real_per_row": round(r, 2),
-                        "full": round(f, 4),
-                        "speedup": round(reference / s, 2),
-                    }
-                    for name, _, s, _, _, r, f in rows
-                }
-            )
-        )
+        print(f"{'tokenizer alone':>28} {cores:>7} {encode:>7.1f} {peaks['tokenizer alone']:>8.0f}")
+        result = {
+            name: {
+                "seconds": round(s, 2),
+                "runs": [round(t, 2) for t in times[name]],
+                "peak_mib": round(p),
+                "rows": n,
+                "real_per_row": round(r, 2),
+                "full": round(f, 4),
+                "speedup": round(reference / s, 2),
+                "of_tokenizer": round(encode / s, 3),
+            }
+            for name, _, s, p, n, r, f in rows
+        }
+        result["tokenizer alone"] = {
+            "seconds": round(encode, 2),
+            "runs": [round(t, 2) for t in times["tokenizer alone"]],
+        }
+        print(json.dumps(result))
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "corpus_google.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
 def docs(args, cores: int) -> None:

@@ -68,14 +68,22 @@ def part_path(output_dir: str, split: str, shard: int, group: int) -> str:
     return f"{output_dir}/{TMP_DIR}/parts/{split}-{shard:05d}-g{group:05d}.part"
 
 
-def write_part(path: str, keyed_records: list[tuple[int, bytes]]) -> None:
+def write_part(path: str, keys: np.ndarray, records: list[bytes]) -> None:
     """A part file: the record count, the records' sort keys, their end offsets (int64 each), then
-    their bytes. Raw arrays, not .npz: zipping a group's records cost a second copy of them."""
-    keys = np.array([k for k, _ in keyed_records], np.int64)
-    ends = np.cumsum([len(r) for _, r in keyed_records], dtype=np.int64)
+    their bytes, in the order of their keys (equal keys, about one build in 10**9: by their bytes,
+    as sorting (key, record) pairs orders them). Raw arrays, not .npz: zipping a group's records
+    cost a second copy of them."""
+    keys = np.asarray(keys, np.int64)
+    order = np.argsort(keys, kind="stable")
+    if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+        pairs = sorted(zip(keys.tolist(), records, strict=True))
+        keys, records = np.array([k for k, _ in pairs], np.int64), [r for _, r in pairs]
+    else:
+        keys, records = keys[order], [records[i] for i in order.tolist()]
+    ends = np.cumsum([len(r) for r in records], dtype=np.int64)
     header = [np.int64(len(keys)).tobytes(), keys.tobytes(), ends.tobytes()]
     with files.create_file(path) as f:
-        f.write(b"".join(header + [r for _, r in keyed_records]))
+        f.write(b"".join(header + records))
 
 
 def read_part(path: str) -> tuple[np.ndarray, np.ndarray, bytes]:

@@ -67,34 +67,41 @@ class CreateGroupInstances(beam.DoFn):
         tables, ids = self._tables(vocab_file)
         split_plan = plan[split]
         stats = Counter({f"{split}/documents": len(docs)})
-        by_shard: dict[int, list] = {}
+        by_shard: dict[int, tuple[list, list]] = {}  # sort key arrays and framed records
         seed = [cfg.seed, schema.SPLITS.index(split), group]
 
-        def one_dupe(dupe: int):  # (sort keys, framed records, rows) of one dupe: its own rng
+        def one_dupe(dupe: int):  # ({shard: (sort keys, framed records)}, rows) of one dupe: its own rng
             rng = np.random.default_rng([*seed, dupe])
             rows = create_instances(docs, cfg=cfg, tables=tables, ids=ids, rng=rng)
-            sort_keys = rng.integers(0, 2**63, size=len(rows["input_ids"]), dtype=np.int64).tolist()
-            records = serialize_examples(rows, cfg.seq_len, cfg.max_predictions)
-            return sort_keys, [tfrecord_framed(record) for record in records], rows
+            sort_keys = rng.integers(0, 2**63, size=len(rows["input_ids"]), dtype=np.int64)
+            records = [tfrecord_framed(r) for r in serialize_examples(rows, cfg.seq_len, cfg.max_predictions)]
+            shard_of = sort_keys % split_plan["shards"]
+            shards = {}
+            for shard in np.unique(shard_of).tolist():
+                at = np.flatnonzero(shard_of == shard)
+                shards[shard] = sort_keys[at], [records[i] for i in at.tolist()]
+            return shards, rows
 
         # The in-process runner is one worker: its idle core takes every other dupe. About half of
         # a dupe's time is numpy (masking, varints, gathers), which runs beside the other thread's
         # Python. A worker in a process of its own (multi_processing, Dataflow) has no idle core.
         threads = min(split_plan["dupes"], os.cpu_count() or 1) if os.getpid() == self._launcher_pid else 1
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            for sort_keys, records, rows in pool.map(one_dupe, range(split_plan["dupes"])):
-                for sort_key, record in zip(sort_keys, records, strict=True):
-                    by_shard.setdefault(sort_key % split_plan["shards"], []).append((sort_key, record))
-                n, real = len(records), int(rows["input_mask"].sum())
+            for shards, rows in pool.map(one_dupe, range(split_plan["dupes"])):
+                for shard, (keys, records) in shards.items():
+                    shard_keys, shard_records = by_shard.setdefault(shard, ([], []))
+                    shard_keys.append(keys)
+                    shard_records.extend(records)
+                n, real = len(rows["input_ids"]), int(rows["input_mask"].sum())
                 stats[f"{split}/instances"] += n
                 stats[f"{split}/real_tokens"] += real
                 stats[f"{split}/padding_tokens"] += n * cfg.seq_len - real
                 stats[f"{split}/masked_tokens"] += int(rows["masked_lm_weights"].sum())
                 stats[f"{split}/next_sentence_label_1"] += int(rows["next_sentence_labels"].sum())
                 self._progress(plan).add(n)
-        for shard, records in sorted(by_shard.items()):
+        for shard, (keys, records) in sorted(by_shard.items()):
             path = part_path(cfg.output_dir, split, shard, group)
-            write_part(path, sorted(records))  # rewritten identically if the bundle is retried
+            write_part(path, np.concatenate(keys), records)  # the same bytes if the bundle is retried
             yield (split, shard), path
         yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
 

@@ -166,6 +166,24 @@ def test_spilled_documents_read_back_as_written(tmp_path):
             assert got.unit_starts.tolist() == doc.unit_starts.tolist()
 
 
+def test_a_part_holds_its_records_in_key_order_and_equal_keys_by_bytes(tmp_path):
+    """A part file is its records sorted as (key, record) pairs sort: by key, and records with
+    equal keys (a one-in-10**9 draw, planted here) by their bytes, whatever order they came in."""
+    from pipeline.parts import read_part, write_part
+
+    keys = [2**62 + 5, 7, 2**40, 7, 0, 7, 11]
+    records = [b"gg", b"zz", b"x", b"ab", b"", b"abc", b"q"]
+    tied = list(zip(keys, records, strict=True))
+    distinct = [pair for i, pair in enumerate(tied) if i not in (3, 5)]
+    for name, pairs in (("tied", tied), ("distinct", distinct)):
+        path = str(tmp_path / f"{name}.part")
+        write_part(path, [k for k, _ in pairs], [r for _, r in pairs])
+        got_keys, ends, data = read_part(path)
+        starts = [0, *ends[:-1].tolist()]
+        got = [data[s:e] for s, e in zip(starts, ends.tolist(), strict=True)]
+        assert list(zip(got_keys.tolist(), got, strict=True)) == sorted(pairs), name
+
+
 def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_named(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("One doc.\n\nTwo doc.\n\nOne doc.\n", encoding="utf-8")
