@@ -26,12 +26,12 @@ def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if width == 1:  # every value below 128 is its own byte (masks, segments, positions at 128)
         return values.astype(np.uint8).reshape(-1), np.full(len(values), values.shape[1], np.int64)
     if largest < _TABLE_LIMIT:  # token ids: every value's bytes looked up at once
-        words, keep = _varint_table(largest.bit_length())
+        words, keep, n_bytes = _varint_table(largest.bit_length())
         # Each value's bytes as one little-endian 4-byte word, and a word of 1/0 bytes saying which
         # of them belong to the varint: one gather each, then one `np.compress` over the bytes
         # (boolean indexing of an (N, L, 3) table cost five times as much).
         data = np.compress(keep[values].view(np.bool_).reshape(-1), words[values].view(np.uint8).reshape(-1))
-        return data, _varint_bytes(values).sum(axis=1, dtype=np.int64)
+        return data, n_bytes[values].sum(axis=1, dtype=np.int64)
     dtype = np.uint32 if width <= 4 else np.uint64
     v = values.astype(dtype)
     n_bytes = np.ones(v.shape, np.uint8)
@@ -48,22 +48,17 @@ _TABLE_LIMIT = 1 << 21  # values of at most 3 varint bytes: every vocab's ids
 
 
 @functools.lru_cache(maxsize=8)
-def _varint_table(bits: int) -> tuple[np.ndarray, np.ndarray]:
+def _varint_table(bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every value below 2**bits (at most 21): its varint bytes as a little-endian 4-byte word,
-    and a word whose bytes are 1 where a varint byte is and 0 after it."""
+    a word whose bytes are 1 where a varint byte is and 0 after it, and its count of bytes."""
     v = np.arange(1 << bits, dtype="<u4")
-    n_bytes = 1 + (v >= 1 << 7) + (v >= 1 << 14)
+    n_bytes = (1 + (v >= 1 << 7) + (v >= 1 << 14)).astype(np.uint8)
     words = np.zeros_like(v)
     for k in range(3):
-        continued = (k < n_bytes - 1).astype("<u4") << 7  # the continuation bit
+        continued = (k + 1 < n_bytes).astype("<u4") << 7  # the continuation bit
         words |= (((v >> (7 * k)) & 0x7F) | continued) << (8 * k)
     keep = np.array([0, 0x1, 0x101, 0x10101], "<u4")[n_bytes]
-    return words, keep
-
-
-def _varint_bytes(values: np.ndarray) -> np.ndarray:
-    """Varint bytes per value of a non-negative int array below 2**21."""
-    return 1 + (values >= 1 << 7).astype(np.uint8) + (values >= 1 << 14)
+    return words, keep, n_bytes
 
 
 @functools.lru_cache(maxsize=1 << 16)
