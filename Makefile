@@ -54,7 +54,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-quality bench-adapt bench-tagging bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-tagging bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 # make help: every target, with the first line of the comment above it.
 help:
@@ -209,9 +209,13 @@ bench-train: $(STAMP)
 bench-modern: $(STAMP)
 	$(BIN)/python bench/modern.py
 
-# DirectRunner in process, with 2 worker processes, and a 2-worker Dask cluster on the same text.
+# DirectRunner in process, with 1 and 2 worker processes, and Dask with 1 and 2 workers on the same text.
 bench-dask: $(STAMP)
 	$(BIN)/python bench/dask.py
+
+# A Dask worker's peak memory at 1x, 4x and 16x the Python docs (bench/results/dask_memory.json).
+bench-dask-memory: $(STAMP)
+	$(BIN)/python bench/dask.py --memory
 
 # Hours on 2 cores, in cells: each writes bench/results/quality/CELL.json when done; a rerun skips those.
 bench-quality: $(STAMP)

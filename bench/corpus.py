@@ -103,9 +103,11 @@ print("BENCH " + json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
-def run_pipeline(args: list[str], script: str = RUN_ONE) -> tuple[float, float]:
+def run_pipeline(args: list[str], script: str = RUN_ONE, workers: dict | None = None) -> tuple[float, float]:
     """(seconds, peak RSS in MiB of the process and all its children) of a build: bertbeam's
-    (`script` RUN_ONE, `args` its flags) or google-research/bert's (GOOGLE)."""
+    (`script` RUN_ONE, `args` its flags) or google-research/bert's (GOOGLE). With `workers` (a
+    dict), also the peak RSS in MiB of the largest worker process there (a child started by
+    multiprocessing's spawn: Dask's workers, the DirectRunner's) under "peak_mib"."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-c", script, *args],
@@ -114,16 +116,22 @@ def run_pipeline(args: list[str], script: str = RUN_ONE) -> tuple[float, float]:
         env=env,
         text=True,
     )
-    peak = 0
+    peak, worker_peak, spawned = 0, 0, {}
     stop = threading.Event()
 
     def watch():
-        nonlocal peak
+        nonlocal peak, worker_peak
         root = psutil.Process(proc.pid)
         while not stop.is_set():
             try:
                 tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                rss = {p.pid: p.memory_info().rss for p in tree if p.is_running()}
+                peak = max(peak, sum(rss.values()))
+                for p in tree[1:]:
+                    if p.pid not in spawned:
+                        spawned[p.pid] = "spawn_main" in " ".join(p.cmdline())
+                    if spawned[p.pid]:
+                        worker_peak = max(worker_peak, rss.get(p.pid, 0))
             except psutil.Error:
                 pass
             time.sleep(0.05)
@@ -136,6 +144,8 @@ def run_pipeline(args: list[str], script: str = RUN_ONE) -> tuple[float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"pipeline failed ({proc.returncode}): {args}")
     line = next(line for line in out.splitlines() if line.startswith("BENCH "))
+    if workers is not None:
+        workers["peak_mib"] = worker_peak / 2**20
     return json.loads(line[6:])["seconds"], peak / 2**20
 
 

@@ -13,9 +13,14 @@ whole process tree (launcher, scheduler, nannies, workers), sampled every 50 ms.
 to bench/results/dask.json as it finishes; a rerun skips what is there (--fresh starts over).
 Every build's shards are compared with the in-process build's: the same bytes or the bench stops.
 
+`--memory` (make bench-dask-memory): only Dask with 2 workers, one build at each of 1x, 4x and
+16x, and the largest worker process's peak RSS beside the tree's, under `--label` (the code
+measured; run the script from another checkout to compare) in bench/results/dask_memory.json.
+
 Targets: Dask with 2 workers within 1.3x of the best single-machine runner on a 2-core machine,
 where the engine's overhead is all it can add (issue 26); each multi-worker engine faster with 2
-workers than with 1 on 2 cores (issue 38: the speed-up is printed last).
+workers than with 1 on 2 cores (issue 38: the speed-up is printed last); a Dask worker's peak
+within 1.25x from 1x to 16x (issue 38, `--memory`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from bench.corpus import make_inputs, run_pipeline  # noqa: E402 (after sys.path
 from pipeline.fetch_corpora import python_docs  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "dask.json"
+MEMORY = REPO / "bench" / "results" / "dask_memory.json"
 ENGINES = {
     "direct in_memory": ["--direct_running_mode", "in_memory"],
     "direct multi_processing 1": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "1"],
@@ -57,13 +63,61 @@ def digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def memory(opts) -> None:
+    """Issue 38's third target: one Dask build with 2 workers per scale (1x, 4x, 16x by default),
+    the largest worker process's peak RSS and the whole tree's, under `--label` (the code measured:
+    run it from another checkout to compare). Each scale is written as it finishes; a rerun skips
+    the scales its label has."""
+    results = json.loads(MEMORY.read_text()) if MEMORY.exists() else {}
+    done = results.setdefault(opts.label, {})
+    source = python_docs(opts.data)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs, _, _ = make_inputs(source, tmp / "in1", 1)
+        train = ["--input", inputs, "--output", str(tmp / "vocab_run"), "--vocab_size", "8000", *COMMON]
+        run_pipeline([*train, "--dupe_factor", "1"])
+        vocab = str(tmp / "vocab_run" / "vocab.model")
+        for scale in opts.scales:
+            if f"{scale}x" in done:
+                continue
+            inputs, _, size = make_inputs(source, tmp / f"in{scale}", scale)
+            out, workers = tmp / f"out{scale}", {}
+            flags = ["--input", inputs, "--output", str(out), "--vocab", vocab, *COMMON]
+            seconds, peak = run_pipeline([*flags, *ENGINES["dask 2 workers"]], workers=workers)
+            done[f"{scale}x"] = {
+                "megabytes": round(size / 1e6, 1),
+                "seconds": round(seconds, 1),
+                "worker_peak_mib": round(workers["peak_mib"]),
+                "tree_peak_mib": round(peak),
+            }
+            print(opts.label, f"{scale}x", done[f"{scale}x"], flush=True)
+            MEMORY.parent.mkdir(parents=True, exist_ok=True)
+            MEMORY.write_text(json.dumps(results, indent=1) + "\n")
+    header = f"{'code':>28} {'scale':>5} {'MB':>6} {'seconds':>7} {'worker MiB':>10} {'all MiB':>8}"
+    print(f"{header} {'worker vs 1x':>12}")
+    for label, scales in results.items():
+        first = scales.get("1x", {}).get("worker_peak_mib")
+        for key, r in scales.items():
+            ratio = f"{r['worker_peak_mib'] / first:.2f}" if first else ""
+            figures = f"{r['megabytes']:6.1f} {r['seconds']:7.1f} {r['worker_peak_mib']:10,}"
+            figures += f" {r['tree_peak_mib']:8,}"
+            print(f"{label:>28} {key:>5} {figures} {ratio:>12}")
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    args.add_argument("--scales", type=int, nargs="+", default=[1, 4])
+    args.add_argument("--memory", action="store_true", help="only Dask's worker memory at --scales (1 4 16)")
+    args.add_argument("--label", default="this checkout", help="--memory: the name of the code measured")
+    args.add_argument("--scales", type=int, nargs="+", default=None)
     args.add_argument("--repeats", type=int, default=3)
     args.add_argument("--data", default=str(REPO / "data"))
     args.add_argument("--fresh", action="store_true", help="forget bench/results/dask.json's results")
     opts = args.parse_args()
+    if opts.memory:
+        opts.scales = opts.scales or [1, 4, 16]
+        memory(opts)
+        return
+    opts.scales = opts.scales or [1, 4]
     results = {} if opts.fresh or not RESULTS.exists() else json.loads(RESULTS.read_text())
     source = python_docs(opts.data)
     # Scales with every engine's result already there are skipped (no vocab trained if none is left).

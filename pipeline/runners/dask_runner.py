@@ -37,7 +37,7 @@ try:  # the optional extra: pip install 'bertbeam[dask]'
     import distributed
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
-    from pipeline.runners.dask_translate import Translate, overrides
+    from pipeline.runners.dask_translate import Translate, count_consumers, overrides
 except ImportError as e:  # the message is tested in a process without dask
     _MISSING = e
 else:
@@ -49,9 +49,12 @@ log = logging.getLogger(LOGGER)
 
 
 # Partitions (the tasks of a stage): two per worker thread, so that a slow one does not hold up
-# its stage, and at least one per PARTITION_BYTES of input, because a task's outputs stay in its
-# worker's memory as one list until every consumer has run (dask keeps task results whole), so a
-# partition's documents between reading and tokenizing weigh about this much.
+# its stage, and at least one per PARTITION_BYTES of input. A task's result stays in its worker's
+# memory as one list until every consumer has run (dask keeps task results whole); but ParDos
+# that each read only the one before run as one task, element by element (`dask_translate`), so
+# the documents' text streams from the second read through tokenizing, and what a task keeps is
+# small: content keys, spill-file pointers, stats. The bound keeps a task's share of the input
+# (and the time a lost task costs again) in proportion as inputs grow.
 PARTITION_BYTES = 64 << 20
 WAIT_FOR_WORKERS = 60  # seconds a build waits for a first worker on a scheduler that has none
 
@@ -164,7 +167,7 @@ class DaskRunner(PipelineRunner):
             threads = sum(client.nthreads().values())
             partitions = beam_options.npartitions or max(2 * threads, -(-self.input_bytes // PARTITION_BYTES))
             pipeline.replace_all(overrides())
-            translate = Translate(partitions)
+            translate = Translate(partitions, count_consumers(pipeline))
             pipeline.visit(translate)
             # Unoptimized: dask's bag optimization fuses chains of tasks into new keys, and a side
             # input (a Delayed, optimized apart from the bags) would then compute its producers again

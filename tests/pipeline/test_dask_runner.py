@@ -221,6 +221,65 @@ def test_beams_own_dask_runner_mixes_a_pardos_outputs(cluster):
         result.client.close()
 
 
+class _Explode(beam.DoFn):
+    """Each number -> 40 blocks of 1 MiB (and a count on "stats"): a partition's worth of them
+    would be 120 MiB held at once."""
+
+    def process(self, n):
+        for i in range(40):
+            yield bytes([n]) * (1 << 20) + bytes([i])
+        yield beam.pvalue.TaggedOutput("stats", 40)
+
+
+class _Checksum(beam.DoFn):
+    """A block -> its first and last bytes; one more in finish_bundle, which must still flow on."""
+
+    def start_bundle(self):
+        self.seen = 0
+
+    def process(self, block):
+        self.seen += 1
+        yield block[0] * 1000 + block[-1]
+
+    def finish_bundle(self):
+        yield WindowedValue(-self.seen, 0, [window.GlobalWindow()])
+
+
+def _chain_on_dask(fuse: bool):
+    """A chain of three ParDos (a tagged output read elsewhere), translated and run by dask's
+    synchronous scheduler in this process; returns (results, peak traced bytes)."""
+    import tracemalloc
+
+    import dask
+
+    p = beam.Pipeline(runner=dask_runner.DaskRunner())
+    explode = beam.ParDo(_Explode()).with_outputs("stats", main="blocks")
+    blocks = p | beam.Create([1, 2, 3]) | "Explode" >> explode
+    sums = blocks.blocks | "Checksum" >> beam.ParDo(_Checksum()) | "Twice" >> beam.Map(lambda x: 2 * x)
+    counted = blocks.stats | "Counted" >> beam.Map(lambda x: x)
+    p.replace_all(dask_translate.overrides())
+    translate = dask_translate.Translate(1, dask_translate.count_consumers(p) if fuse else None)
+    p.visit(translate)
+    translate.leaves()  # gives the chains still growing their tasks
+    tracemalloc.start()
+    got = dask.compute(translate.bags[sums], translate.bags[counted], scheduler="sync")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return got, peak
+
+
+def test_a_chain_of_pardos_streams_its_elements_one_by_one():
+    """ParDos that each read only the one before run as one task per partition, each element
+    passed on as it is emitted: the 120 MiB a partition's first step makes are never held at once.
+    The same chain unfused holds them (the check can fail), and both give the same values."""
+    fused, fused_peak = _chain_on_dask(fuse=True)
+    plain, plain_peak = _chain_on_dask(fuse=False)
+    expected = sorted([2 * (n * 1000 + i) for n in (1, 2, 3) for i in range(40)] + [-240])
+    assert sorted(fused[0]) == sorted(plain[0]) == expected  # finish_bundle's value flowed on
+    assert list(fused[1]) == list(plain[1]) == [40, 40, 40]
+    assert fused_peak < 12 << 20 < 100 << 20 < plain_peak, (fused_peak, plain_peak)
+
+
 def test_other_windows_are_refused_before_anything_runs():
     p = beam.Pipeline(runner=dask_runner.DaskRunner())
     _ = p | beam.Create([1, 2]) | beam.WindowInto(window.FixedWindows(10)) | beam.Map(str)
