@@ -114,7 +114,7 @@ class Translate(PipelineVisitor):
             (bag,) = inputs
             bag = bag.groupby(_key_bytes, shuffle="tasks").map(_grouped)
         elif isinstance(transform, beam.ParDo):
-            self._pardo(node, node.main_inputs[next(iter(node.main_inputs))])
+            self._pardo(node, node.inputs[0])
             return
         else:
             raise ConfigError(
@@ -188,8 +188,7 @@ class Translate(PipelineVisitor):
         """The bags of PCollections nothing reads, each reduced to its size: computing them all
         computes the whole graph once (Beam's DaskRunner computed only the last transform's)."""
         for pcoll in list(self._pending):
-            if pcoll in self._pending:
-                self._materialize(self._pending[pcoll][0])
+            self._bag(pcoll)  # a chain still growing gets its task
         return [bag.map_partitions(_size) for pcoll, bag in self.bags.items() if pcoll not in self.consumed]
 
 
@@ -286,8 +285,8 @@ class _Collect(Receiver):
         self.values.append((self.number, windowed.value))
 
 
-def _invoker(step: int, plan: list, side_values: list, receivers: _Receivers):
-    label, (fn, args, kwargs, views), _, _ = plan[step]
+def _invoker(label: str, spec: tuple, side_values: list, receivers: _Receivers):
+    fn, args, kwargs, views = spec
     side_inputs = [
         SideInputMap(view_class, options, [_windowed(v) for v in values])
         for (view_class, options), values in zip(views, side_values, strict=True)
@@ -327,10 +326,10 @@ def _run_chain(elements, blob: bytes, *side_values) -> list:
     invokers: list = [None] * len(plan)
     end = len(side_values)
     for step in reversed(range(len(plan))):  # the last first: each step hands on to the next one
-        _, _, forward, n_side = plan[step]
+        label, fn, forward, n_side = plan[step]
         following = invokers[step + 1] if step + 1 < len(plan) else None
         receivers = _Receivers(step, exits, collected, forward, following)
-        invokers[step] = _invoker(step, plan, list(side_values[end - n_side : end]), receivers)
+        invokers[step] = _invoker(label, fn, list(side_values[end - n_side : end]), receivers)
         end -= n_side
     for invoker in invokers:
         invoker.invoke_setup()
