@@ -2,6 +2,8 @@
 own field names, model.safetensors, the tokenizer).
 
     save_hf_modernbert(model, bert, vocab_file, "out/hf")   # transformers.ModernBertForMaskedLM
+    save_hf_modernbert_task(tagger, bert, vocab_file, "out/ner/hf", scores="tagger",
+                            architecture="ModernBertForTokenClassification")  # or a span extractor
     load_hf_modernbert(model, "ModernBERT-base")            # --init_checkpoint hf:DIR
     modernbert_config("ModernBERT-base/config.json")        # its shape as a BertConfig
 
@@ -137,6 +139,36 @@ def save_hf_modernbert(model: keras.Model, bert: BertConfig, vocab_file: VocabFi
     """config.json, model.safetensors, the vocab and its tokenizer files (`hf_folder.py`)."""
     config = hf_modernbert_config(bert, vocab_file.load().special_ids)
     write_hf_folder(folder, config, hf_tensors(model), vocab_file, bert.max_position)
+
+
+def save_hf_modernbert_task(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str, *,
+                            scores: str, architecture: str, config: dict | None = None) -> None:  # fmt: skip
+    """A fine-tuned ModernBERT task model (`model/tasks/`) as transformers' `architecture`: the
+    encoder under `model.`, ModernBERT's task head (`model/tasks/head.py`) as `head.{dense, norm}`,
+    the dense layer `scores` as `classifier`, `config` added to config.json: a softmax tagger as
+    ModernBertForTokenClassification, a span extractor as ModernBertForQuestionAnswering (its
+    `classifier` gives start and end). A CRF has no place there: the token head is per token."""
+    from model.tasks.head import LAYERS
+
+    names = {layer.name for layer in model.layers}
+    if "crf" in names:
+        raise HFCheckpointError(f"a CRF tagger: transformers' {architecture} has no CRF to hold it")
+    if not set(LAYERS) <= names:
+        head = ", ".join(LAYERS)
+        raise HFCheckpointError(f"{architecture}: the model has no ModernBERT task head ({head})")
+    encoder = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+    rows = [*mappings(encoder),
+            HFTensor(f"{LAYERS[0]}/kernel", "head.dense.weight", kernel=True),
+            HFTensor(f"{LAYERS[1]}/gamma", "head.norm.weight"),
+            HFTensor(f"{scores}/kernel", "classifier.weight", kernel=True),
+            HFTensor(f"{scores}/bias", "classifier.bias")]  # fmt: skip
+    num_labels = model.get_layer(scores).kernel.shape[-1]
+    full = (
+        hf_modernbert_config(bert, vocab_file.load().special_ids)
+        | {"architectures": [architecture], "num_labels": num_labels}
+        | (config or {})
+    )
+    write_hf_folder(folder, full, tensors_of(model, rows), vocab_file, bert.max_position)
 
 
 # === In ===

@@ -10,6 +10,7 @@ validation F1, and writes to the output folder:
                 under "test"; the recipe; bad rows per split
   errors.jsonl  the first 50 questions answered wrong: the question, the gold answers, the answer
   span.keras    the model, uncompiled; hf/  a BERT one as transformers' BertForQuestionAnswering
+                (a ModernBERT one as ModernBertForQuestionAnswering)
   serving/      a SavedModel: raw questions and contexts in, answers with character offsets out
                 (span_serving.py), needing no bertbeam code to load
   config.json, history.jsonl
@@ -32,6 +33,7 @@ from launch.tasks.pretrained import Pretrained, task_optimizer
 from launch.tasks.spans import SpanData, best_answers, encode_spans
 from launch.tasks.squad import read_squad, span_scores
 from model.encoder import build_encoder
+from model.tasks.head import LAYERS as HEAD_LAYERS
 from model.tasks.span import build_span_model
 from pipeline.files import write_atomically
 
@@ -99,7 +101,7 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
     with strategy.scope():
         encoder = build_encoder(source.bert, config.seq_len)
         fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
-        model = build_span_model(encoder, source.bert.dropout, config.seed)
+        model = build_span_model(encoder, source.bert.dropout, config.seed, config=source.bert)
         optimizer, learning_rate, decay = task_optimizer(config, source, model, steps * config.epochs)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         model.compile(optimizer=optimizer, loss={"start": loss, "end": loss}, jit_compile=config.jit_compile)
@@ -134,7 +136,8 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
     results["recipe"] = {
         "task": "span", "objective": None if config.from_scratch else source.objective,
         "learning_rate": learning_rate, "layer_decay": decay,
-        "fresh": [layer for layer in fresh if layer != "pooler"] + ["span"], "unanswerable": allow_null,
+        "fresh": [layer for layer in fresh if layer != "pooler"]
+        + (list(HEAD_LAYERS) if source.bert.modern else []) + ["span"], "unanswerable": allow_null,
         "doc_stride": config.stride, "max_query_length": config.max_query_length,
     }  # fmt: skip
     results["bad_rows"] = {split: spans.bad_rows for split, spans in found.items()}
@@ -158,18 +161,19 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
 
 
 def export(source: Pretrained, model: keras.Model, out: str) -> None:
-    """A BERT span extractor also as transformers' BertForQuestionAnswering in out/hf/."""
+    """A span extractor also as transformers' BertForQuestionAnswering (a ModernBERT one as
+    ModernBertForQuestionAnswering) in out/hf/."""
     from launch.interop.google import GoogleCheckpointError
     from launch.interop.hf_bert import save_hf_task
     from launch.interop.hf_folder import HFCheckpointError
+    from launch.interop.hf_modernbert import save_hf_modernbert_task
 
-    if source.bert.modern:
-        print(
-            "note: no Hugging Face export of a ModernBERT span extractor yet; span.keras holds it", flush=True
-        )
-        return
     try:
-        save_hf_task(model, source.bert, source.vocab_file, f"{out}/hf", head="span",
-                     architecture="BertForQuestionAnswering", hf_head="qa_outputs")  # fmt: skip
+        if source.bert.modern:
+            save_hf_modernbert_task(model, source.bert, source.vocab_file, f"{out}/hf", scores="span",
+                                    architecture="ModernBertForQuestionAnswering")  # fmt: skip
+        else:
+            save_hf_task(model, source.bert, source.vocab_file, f"{out}/hf", head="span",
+                         architecture="BertForQuestionAnswering", hf_head="qa_outputs")  # fmt: skip
     except (HFCheckpointError, GoogleCheckpointError) as e:
         print(f"note: no Hugging Face export: {e}; span.keras holds the model", flush=True)

@@ -11,8 +11,9 @@ folder:
   tagger.keras   the tagger, uncompiled (`import model` registers its layers)
   serving/       a SavedModel: raw strings in, entities out (type, character start and end,
                  text; tag_serving.py), needing no bertbeam code to load
-  hf/            a softmax BERT tagger as transformers' BertForTokenClassification (labels in
-                 its config's id2label), with the tokenizer
+  hf/            a softmax tagger as transformers' BertForTokenClassification (a ModernBERT one
+                 as ModernBertForTokenClassification; labels in its config's id2label), with the
+                 tokenizer
   config.json, history.jsonl  as for classification
 """
 
@@ -41,19 +42,21 @@ from launch.tasks.tagging import (
 from launch.tasks.tags import bio_labels
 from model.encoder import build_encoder
 from model.tasks.crf import CRFLoss
+from model.tasks.head import LAYERS as HEAD_LAYERS
 from model.tasks.tagger import build_tagger
 from pipeline.files import write_atomically
 
 TAGGER = "tagger.keras"
 SERVING = "serving"  # raw strings in, entities out (tag_serving.py)
-HF_FOLDER = "hf"  # BertForTokenClassification
+HF_FOLDER = "hf"  # BertForTokenClassification or ModernBertForTokenClassification
 
 
 def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: int, total_steps: int):
     """The tagger on `source`'s encoder (random weights with --from_scratch), compiled; the recipe."""
     encoder = build_encoder(source.bert, config.seq_len)
     fresh = layers_of([w.path for w in encoder.weights]) if config.from_scratch else source.load(encoder)
-    tagger = build_tagger(encoder, num_labels, source.bert.dropout, config.seed, crf=config.crf)
+    tagger = build_tagger(encoder, num_labels, source.bert.dropout, config.seed, crf=config.crf,
+                          config=source.bert)  # fmt: skip
     faster = {"crf": config.crf_lr_multiplier} if config.crf else None
     optimizer, learning_rate, decay = task_optimizer(config, source, tagger, total_steps, faster)
     if config.crf:
@@ -68,6 +71,7 @@ def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: i
         "layer_decay": decay,
         "learning_rate": learning_rate,
         "fresh": [layer for layer in fresh if layer != "pooler"]
+        + (list(HEAD_LAYERS) if source.bert.modern else [])
         + ["tagger"]
         + (["crf"] if config.crf else []),
     }
@@ -77,20 +81,25 @@ def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: i
 def export(
     config: FinetuneConfig, source: Pretrained, tagger: keras.Model, labels: list[str], out: str
 ) -> None:
-    """A softmax BERT tagger also as transformers' BertForTokenClassification in out/hf/; what has
-    no such form (a CRF, ModernBERT, a projected embedding) says so in one line."""
+    """A softmax tagger also as transformers' BertForTokenClassification (a ModernBERT one as
+    ModernBertForTokenClassification) in out/hf/; what has no such form (a CRF, a projected
+    embedding) says so in one line."""
     from launch.interop.google import GoogleCheckpointError
     from launch.interop.hf_bert import save_hf_task
     from launch.interop.hf_folder import HFCheckpointError
+    from launch.interop.hf_modernbert import save_hf_modernbert_task
 
-    if source.bert.modern:
-        print("note: no Hugging Face export of a ModernBERT tagger yet; tagger.keras holds it", flush=True)
-        return
+    names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+    folder = f"{out}/{HF_FOLDER}"
     try:
-        names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
-        save_hf_task(tagger, source.bert, source.vocab_file, f"{out}/{HF_FOLDER}", head="tagger",
-                     architecture="BertForTokenClassification", hf_head="classifier",
-                     config=names)  # fmt: skip
+        if source.bert.modern:
+            save_hf_modernbert_task(tagger, source.bert, source.vocab_file, folder, scores="tagger",
+                                    architecture="ModernBertForTokenClassification",
+                                    config=names)  # fmt: skip
+        else:
+            save_hf_task(tagger, source.bert, source.vocab_file, folder, head="tagger",
+                         architecture="BertForTokenClassification", hf_head="classifier",
+                         config=names)  # fmt: skip
     except (HFCheckpointError, GoogleCheckpointError) as e:
         print(f"note: no Hugging Face export: {e}; tagger.keras holds the tagger", flush=True)
 

@@ -1,5 +1,6 @@
-"""The token tagger: every position's encoder output through dropout to one score per label, and
-for `crf` a linear-chain CRF on top (`crf.py`) that holds the label transitions.
+"""The token tagger: every position's encoder output (through ModernBERT's head on a ModernBERT,
+`head.py`) and dropout to one score per label, and for `crf` a linear-chain CRF on top (`crf.py`)
+that holds the label transitions.
 
 Shapes: B batch, T sequence (seq_len), H hidden, L labels.
 """
@@ -8,18 +9,19 @@ from __future__ import annotations
 
 import keras
 
+from model.config import BertConfig
 from model.encoder import task_sequence
 from model.tasks.crf import CRF
+from model.tasks.head import prediction_head
 
 
-def build_tagger(
-    encoder: keras.Model, num_labels: int, dropout: float, seed: int, crf: bool = False
-) -> keras.Model:
-    """Encoder -> sequence output (B, T, H) -> dropout -> dense scores (B, T, L), float32 (the
-    CRF's emissions with `crf`). Each row is one document: document_ids = input_mask. The pooler
-    is not part of it: nothing reads [CLS] alone."""
+def build_tagger(encoder: keras.Model, num_labels: int, dropout: float, seed: int, crf: bool = False,
+                 config: BertConfig | None = None) -> keras.Model:  # fmt: skip
+    """Encoder -> sequence output (B, T, H) [-> ModernBERT's head, where `config` is one] ->
+    dropout -> dense scores (B, T, L), float32 (the CRF's emissions with `crf`). Each row is one
+    document: document_ids = input_mask. The pooler is not part of it: nothing reads [CLS] alone."""
     inputs, encoded = task_sequence(encoder)
-    x = keras.layers.Dropout(dropout, name="tagger_dropout")(encoded)
+    x = keras.layers.Dropout(dropout, name="tagger_dropout")(prediction_head(encoded, config, seed + 1))
     scores = keras.layers.Dense(
         num_labels,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02, seed=seed),

@@ -1,7 +1,8 @@
 """A ModernBERT run end to end on a real corpus, through the same entry points as BERT's: it learns,
 launch.evaluate reports it, the Hugging Face export loads in transformers with the run's logits,
-launch.finetune fine-tunes it (mean pooling, as ModernBERT's classifier), mixed precision and
-ELECTRA train it. (SIGKILL and two phases: tests/reliability/test_killed_training.py.)"""
+launch.finetune fine-tunes it (mean pooling, as ModernBERT's classifier) and tags with it (exported
+as ModernBertForTokenClassification with the tagger's logits), mixed precision and ELECTRA train
+it. (SIGKILL and two phases: tests/reliability/test_killed_training.py.)"""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import pytest
 from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as, restore
 from launch.finetune import finetune
+from launch.tasks.config import FinetuneConfig
 from launch.train import train
 from model.config import BertConfig
 from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
+from pipeline.vocab import VocabFile
 from tests.launch.interop.test_hf_bert import load_quietly
+from tests.launch.tasks.test_tagging import botchan_examples
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
 from tests.launch.test_pretrain import run_config
 from tests.lazy import torch, transformers
@@ -103,6 +107,48 @@ def test_fine_tuning_uses_mean_pooling_and_learns(modern_run, topics):  # noqa: 
     results = json.loads((Path(result["output"]) / "eval.json").read_text())
     assert results["recipe"]["pooling"] == "mean" and results["recipe"]["fresh"] == ["classifier"]
     assert results["test"]["accuracy"] > 0.4  # three topics: chance is about 0.33
+
+
+def test_a_tagger_fine_tunes_and_exports_as_modernbertfortokenclassification(
+    modern_run, small_corpus, botchan, tmp_path
+):
+    """launch.finetune --task tag on the run: ModernBERT's task head is part of the tagger (fresh),
+    and hf/ loads in transformers with every weight placed and the tagger's logits on real text."""
+    import keras
+
+    def entities(example):
+        return [{"start": s, "end": t, "label": k} for k, s, t in example.entities]
+
+    rows = [{"text": e.text, "entities": entities(e)} for e in botchan_examples(botchan, 160)]
+    for split, part in (("train", rows[:130]), ("validation", rows[130:])):
+        lines = "".join(json.dumps(r) + "\n" for r in part)
+        (tmp_path / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+    out = tmp_path / "ner"
+    splits = {split: str(tmp_path / f"{split}.jsonl") for split in ("train", "validation")}
+    settings = dict(seq_len=32, doc_stride=8, global_batch_size=8, epochs=1, learning_rate=3e-3)
+    finetune(FinetuneConfig(task="tag", model_dir=str(modern_run), output=str(out), **splits, **settings))
+    recipe = json.loads((out / "eval.json").read_text())["recipe"]
+    assert recipe["fresh"][-3:] == ["task_transform", "task_norm", "tagger"], recipe["fresh"]
+
+    hf_model, info, _ = load_quietly(transformers.ModernBertForTokenClassification, out / "hf")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert [hf_model.config.id2label[i] for i in range(len(recipe["labels"]))] == recipe["labels"]
+    vocab = VocabFile.of_corpus(read_manifest(str(small_corpus))).load()
+    ids = vocab.special_ids
+    pieces = vocab.encode([r["text"] for r in rows[130:134]])
+    tokens = np.full((4, 32), ids["pad"], np.int32)
+    for i, row in enumerate(pieces):
+        row = [ids["cls"], *row[:30], ids["sep"]]
+        tokens[i, : len(row)] = row
+    mask = (tokens != ids["pad"]).astype(np.int32)
+    assert mask.sum(1).min() < 32 < 2 * mask.sum(1).max()  # padding, and rows past the window of 8
+    tagger = keras.models.load_model(out / "tagger.keras", compile=False)
+    ours = tagger.predict({"input_ids": tokens, "input_mask": mask, "segment_ids": 0 * mask}, verbose=0)
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.from_numpy(tokens.astype(np.int64)),
+                          attention_mask=torch.from_numpy(mask.astype(np.int64))).logits.numpy()  # fmt: skip
+    real = mask.astype(bool)
+    assert np.abs(ours[real]).max() > 0.1 and np.abs(ours[real] - theirs[real]).max() <= 1e-4
 
 
 @pytest.mark.parametrize(

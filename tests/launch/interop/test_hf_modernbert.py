@@ -2,7 +2,9 @@
 export loads with no missing or unexpected weights and no warning, and gives the same masked-LM
 logits (max abs difference <= 1e-4, float32) on real text, with rows longer than the window and
 with padding; a transformers model loads into ours and agrees the same way. Odd sizes: hidden 24,
-3 heads, feed-forward 29, 4 layers (global, local, local, global), window 4, seq 23."""
+3 heads, feed-forward 29, 4 layers (global, local, local, global), window 4, seq 23. A tagger and
+a span extractor on it export as ModernBertForTokenClassification / ModernBertForQuestionAnswering
+with the same logits too."""
 
 from __future__ import annotations
 
@@ -14,9 +16,17 @@ import pytest
 
 from launch.interop.formats import read_bert_config, warm_start
 from launch.interop.hf_folder import HFCheckpointError
-from launch.interop.hf_modernbert import load_hf_modernbert, modernbert_config, save_hf_modernbert
+from launch.interop.hf_modernbert import (
+    load_hf_modernbert,
+    modernbert_config,
+    save_hf_modernbert,
+    save_hf_modernbert_task,
+)
 from model.config import BertConfig
+from model.encoder import TASK_INPUTS, build_encoder
 from model.masked_lm import build_pretraining_model
+from model.tasks.span import build_span_model
+from model.tasks.tagger import build_tagger
 from pipeline import text
 from tests.launch.interop.test_hf_bert import load_quietly, randomized
 from tests.lazy import torch, transformers
@@ -211,3 +221,65 @@ def test_a_missing_or_misshapen_tensor_or_config_is_a_one_line_error(wordpiece, 
         with pytest.raises(HFCheckpointError, match=message) as e:
             modernbert_config(str(path))
         assert "\n" not in str(e.value)
+
+
+def task_logits(hf_model, batch):
+    with torch.no_grad():
+        return hf_model(
+            input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
+            attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
+        )
+
+
+@pytest.mark.parametrize("task", ["tag", "span"])
+def test_a_tagger_and_a_span_extractor_export_as_transformers_task_models(wordpiece, batch, tmp_path, task):
+    """Every weight placed (ModernBERT's task head included: without it the logits differ), the
+    labels in the config, and per-token logits within 1e-4 of ours on real tokens."""
+    bert = modern_config(wordpiece.load().size, hidden_act="gelu_approximate")
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    if task == "tag":
+        tagger = build_tagger(build_encoder(bert, T), len(labels), 0.1, seed=3, config=bert)
+        model = randomized(tagger, seed=4)
+        names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+        save_hf_modernbert_task(model, bert, wordpiece, str(tmp_path / "hf"), scores="tagger",
+                                architecture="ModernBertForTokenClassification", config=names)  # fmt: skip
+        cls = transformers.ModernBertForTokenClassification
+    else:
+        model = randomized(build_span_model(build_encoder(bert, T), 0.1, seed=3, config=bert), seed=4)
+        save_hf_modernbert_task(model, bert, wordpiece, str(tmp_path / "hf"), scores="span",
+                                architecture="ModernBertForQuestionAnswering")  # fmt: skip
+        cls = transformers.ModernBertForQuestionAnswering
+    hf_model, info, warnings = load_quietly(cls, tmp_path / "hf")
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set(), info
+    assert not info["mismatched_keys"] and not [m for m in warnings if "LOAD REPORT" in m], warnings
+
+    ours = model({name: batch[name] for name in TASK_INPUTS}, training=False)
+    theirs = task_logits(hf_model, batch)
+    if task == "tag":
+        assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
+        pairs = [(np.asarray(ours), theirs.logits.numpy())]
+    else:
+        pairs = [(np.asarray(ours[k]), getattr(theirs, f"{k}_logits").numpy()) for k in ("start", "end")]
+    for mine, hf in pairs:
+        mine, hf = mine.reshape(*batch["input_mask"].shape, -1), hf.reshape(*batch["input_mask"].shape, -1)
+        assert np.abs(mine).max() > 1.0
+        assert real_difference(mine, hf, batch) <= TOLERANCE
+
+    # the comparison can fail: the same folder without the head's norm is another model
+    model.get_layer("task_norm").gamma.assign(np.ones(H, np.float32))
+    changed = model({name: batch[name] for name in TASK_INPUTS}, training=False)
+    changed = np.asarray(changed if task == "tag" else changed["start"])
+    changed = changed.reshape(*batch["input_mask"].shape, -1)
+    assert real_difference(changed, pairs[0][1].reshape(changed.shape), batch) > 100 * TOLERANCE
+
+
+def test_a_crf_tagger_or_a_bert_tagger_has_no_modernbert_task_form(wordpiece, tmp_path):
+    bert = modern_config(wordpiece.load().size)
+    crf = build_tagger(build_encoder(bert, T), 3, 0.1, seed=0, crf=True, config=bert)
+    with pytest.raises(HFCheckpointError, match="a CRF tagger"):
+        save_hf_modernbert_task(crf, bert, wordpiece, str(tmp_path / "a"), scores="tagger",
+                                architecture="ModernBertForTokenClassification")  # fmt: skip
+    plain = build_tagger(build_encoder(bert, T), 3, 0.1, seed=0)  # no config: no ModernBERT head
+    with pytest.raises(HFCheckpointError, match="no ModernBERT task head"):
+        save_hf_modernbert_task(plain, bert, wordpiece, str(tmp_path / "b"), scores="tagger",
+                                architecture="ModernBertForTokenClassification")  # fmt: skip
