@@ -25,6 +25,13 @@ The grid:
 - **A release**: all-MiniLM-L6-v2 (data/releases; English-trained, its uncased WordPiece holds
   the CJK characters as pieces), fine-tuned the same way, 3 seeds, CRF: the one release this
   machine has, where a Chinese one would be the fair reference.
+- **Span extraction** (`span` cells): no reading-comprehension set was found on a registry this
+  machine reaches, so pd_ner's same draws are asked as one (the MRC framing of NER, Li et al.
+  2020): for each sentence and type, "which person (place, organisation) does it name?", any of
+  its entities of that type a right answer (SQuAD's best over gold answers), unanswerable
+  (SQuAD 2.0) where it names none. `launch.finetune --task span`, the same seq_len, stride,
+  batch, epochs and rate, CMRC 2018's character-level exact match and F1; pretrained and
+  scratch, seeds 0, 1, 2.
 - Cells write bench/results/tagging/CELL.json as each finishes and a rerun skips them; the report
   gives entity F1 per type, the mean, the seed spread and the gap to scratch.
 """
@@ -49,6 +56,11 @@ CELLS = Cells(RESULTS)
 done, record = CELLS.done, CELLS.record
 
 SEEDS = (0, 1, 2)
+SPAN_QUESTIONS = {
+    "PER": "句中提到的人名是什么？",
+    "LOC": "句中提到的地名是什么？",
+    "ORG": "句中提到的机构名是什么？",
+}
 CRF_RATES = (1, 10, 1000)  # and 100, the default: ft-pretrained-crf-seed0
 HEADS = ("softmax", "crf")
 TRAIN_SENTENCES, VALIDATION_SENTENCES = 2000, 1000
@@ -78,6 +90,31 @@ def subsets(data: Path, out: Path) -> dict[str, Path]:
         if count is not None:
             blocks = random.Random(0).sample(blocks, count)
         files[split].write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return files
+
+
+def span_sets(data: Path, out: Path) -> dict[str, Path]:
+    """The same draws as SQuAD 2.0 files: a question per sentence and type (SPAN_QUESTIONS), its
+    answers every entity of that type in the sentence, none (unanswerable) where there is none."""
+    from launch.tasks.tagged import read_tagged
+
+    folder = out / "pd_ner_span"
+    files = {split: folder / f"{split}.json" for split in ("train", "validation", "test")}
+    if all(path.exists() for path in files.values()):
+        return files
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, conll in subsets(data, out).items():
+        paragraphs = []
+        for i, example in enumerate(read_tagged(str(conll)).examples):
+            qas = []
+            for kind, question in SPAN_QUESTIONS.items():
+                answers = [{"text": example.text[start:end], "answer_start": start}
+                           for found, start, end in example.entities if found == kind]  # fmt: skip
+                qas.append({"id": f"{split}-{i}-{kind}", "question": question, "answers": answers,
+                            "is_impossible": not answers})  # fmt: skip
+            paragraphs.append({"context": example.text, "qas": qas})
+        squad = {"version": "v2.0", "data": [{"title": "pd_ner", "paragraphs": paragraphs}]}
+        files[split].write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
     return files
 
 
@@ -177,15 +214,22 @@ def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratc
 def cells(data: Path, out: Path) -> dict:
     grid = {"corpus": lambda: corpus(data, out), "pretrain": lambda: pretrain(data, out)}
     lost = run_lost(out)
-    if lost:
-        print("the pretraining run is not in this checkout: its cells are left out (pretrain() says more)")
+    if lost:  # --from_scratch takes the run's vocab and shape too
+        print(
+            "the pretraining run is not in this checkout: the pretrained and scratch cells are left out "
+            "(pretrain() says more)"
+        )
     for seed in SEEDS:  # seed 0 of every model first: a first comparison soonest
         for head in HEADS:
-            for source in ("scratch",) if lost else ("pretrained", "scratch"):
+            for source in () if lost else ("pretrained", "scratch"):
                 name = f"ft-{source}-{head}-seed{seed}"
                 grid[name] = lambda n=name, h=head, s=seed, src=source: finetune(
                     n, data, out, h, s, from_scratch=src == "scratch"
                 )
+    for seed in SEEDS:
+        for source in () if lost else ("pretrained", "scratch"):
+            name = f"ft-{source}-span-seed{seed}"
+            grid[name] = lambda n=name, s=seed, src=source: finetune_span(n, data, out, s, src == "scratch")
     for multiplier in () if lost else CRF_RATES:
         name = f"crf-rate-{multiplier}"
         grid[name] = lambda n=name, m=multiplier: finetune(n, data, out, "crf", 0, crf_lr_multiplier=m,
@@ -197,8 +241,37 @@ def cells(data: Path, out: Path) -> dict:
     return grid
 
 
+def finetune_span(name: str, data: Path, out: Path, seed: int, from_scratch: bool) -> dict:
+    if (found := done(name)) is not None:
+        return found
+    import keras
+
+    from launch.finetune import finetune as run_finetune
+    from launch.tasks.config import FinetuneConfig
+
+    files = span_sets(data, out)
+    config = FinetuneConfig(
+        task="span", from_scratch=from_scratch, model_dir=str(pretrain(data, out)),
+        train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
+        output=str(out / "finetune" / name), seq_len=SEQ_LEN, doc_stride=DOC_STRIDE, max_query_length=16,
+        global_batch_size=BATCH, epochs=EPOCHS, strategy="cpu", seed=seed, export=False,
+    )  # fmt: skip
+    start = time.time()
+    run_finetune(config)
+    keras.backend.clear_session()
+    figures = json.loads((out / "finetune" / name / "eval.json").read_text())
+    keep = ("metric", "questions", "exact_match", "f1", "has_answer_exact_match", "has_answer_f1",
+            "no_answer_exact_match", "no_answer_f1")  # fmt: skip
+    result = {"test": {k: figures["test"][k] for k in keep if k in figures["test"]},
+              "validation": {k: figures[k] for k in keep if k in figures},
+              "best_epoch": figures["best_epoch"], "recipe": figures["recipe"]}  # fmt: skip
+    config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
+    return record(name, config_json, result, time.time() - start)
+
+
 def report(results: dict[str, dict]) -> dict:
-    """Per model: test entity F1 by seed, mean and spread, per type; the gap to scratch."""
+    """Per model: test entity F1 by seed, mean and spread, per type (span: F1 and exact match, and
+    on answerable and unanswerable questions); the gap to scratch."""
     table = {}
     for head in HEADS:
         for source in ("pretrained", "scratch", "release"):
@@ -218,6 +291,20 @@ def report(results: dict[str, dict]) -> dict:
         a, b = table.get(f"pretrained-{head}"), table.get(f"scratch-{head}")
         if a and b and a["n"] == b["n"] == len(SEEDS):
             gaps[head] = {"gap": a["mean"] - b["mean"], "larger_spread": max(a["spread"], b["spread"])}
+    for source in ("pretrained", "scratch"):
+        found = [results[n] for n in (f"ft-{source}-span-seed{s}" for s in SEEDS) if n in results]
+        if found:
+            table[f"{source}-span"] = {
+                "test_f1": [round(r["test"]["f1"], 4) for r in found],
+                **summary([r["test"]["f1"] for r in found]),
+                "test_exact_match_mean": summary([r["test"]["exact_match"] for r in found])["mean"],
+                "has_answer_f1_mean": summary([r["test"]["has_answer_f1"] for r in found])["mean"],
+                "no_answer_f1_mean": summary([r["test"]["no_answer_f1"] for r in found])["mean"],
+                "validation_mean": summary([r["validation"]["f1"] for r in found])["mean"],
+            }
+    a, b = table.get("pretrained-span"), table.get("scratch-span")
+    if a and b and a["n"] == b["n"] == len(SEEDS):
+        gaps["span"] = {"gap": a["mean"] - b["mean"], "larger_spread": max(a["spread"], b["spread"])}
     named = {**{m: f"crf-rate-{m}" for m in CRF_RATES}, 100: "ft-pretrained-crf-seed0"}
     rates = {
         m: round(results[n]["validation_entity_f1"], 4) for m, n in sorted(named.items()) if n in results
