@@ -56,6 +56,14 @@ def pretrained(config: FinetuneConfig) -> Pretrained:
     return Pretrained(read_bert_config(bert_config), vocab_file, source, fmt.objective)
 
 
+def head_layers(model: keras.Model) -> list[str]:
+    """The task model's own trained layers, in order (ModernBERT's task head, the scores, a CRF):
+    what starts fresh whatever the encoder's source."""
+    return [
+        layer.name for layer in model.layers if layer.trainable_weights and not isinstance(layer, keras.Model)
+    ]
+
+
 # === The optimizer ===
 
 

@@ -29,11 +29,10 @@ from launch.checkpoints import layers_of
 from launch.serving import save_keras
 from launch.tasks.config import FinetuneConfig
 from launch.tasks.fitting import best_epoch, steps_per_epoch, task_strategy, training_batches, write_run_files
-from launch.tasks.pretrained import Pretrained, task_optimizer
+from launch.tasks.pretrained import Pretrained, head_layers, task_optimizer
 from launch.tasks.spans import SpanData, best_answers, encode_spans
 from launch.tasks.squad import read_squad, span_scores
 from model.encoder import build_encoder
-from model.tasks.head import LAYERS as HEAD_LAYERS
 from model.tasks.span import build_span_model
 from pipeline.files import write_atomically
 
@@ -136,8 +135,8 @@ def finetune_spans(config: FinetuneConfig, source: Pretrained) -> dict:
     results["recipe"] = {
         "task": "span", "objective": None if config.from_scratch else source.objective,
         "learning_rate": learning_rate, "layer_decay": decay,
-        "fresh": [layer for layer in fresh if layer != "pooler"]
-        + (list(HEAD_LAYERS) if source.bert.modern else []) + ["span"], "unanswerable": allow_null,
+        "fresh": [layer for layer in fresh if layer != "pooler"] + head_layers(model),
+        "unanswerable": allow_null,
         "doc_stride": config.stride, "max_query_length": config.max_query_length,
     }  # fmt: skip
     results["bad_rows"] = {split: spans.bad_rows for split, spans in found.items()}

@@ -28,7 +28,7 @@ from launch.serving import save_keras
 from launch.tasks.alignment import IGNORE
 from launch.tasks.config import FinetuneConfig, FinetuneError
 from launch.tasks.fitting import best_epoch, steps_per_epoch, task_strategy, training_batches, write_run_files
-from launch.tasks.pretrained import Pretrained, task_optimizer
+from launch.tasks.pretrained import Pretrained, head_layers, task_optimizer
 from launch.tasks.tagged import read_tagged
 from launch.tasks.tagging import (
     EntityF1,
@@ -42,7 +42,6 @@ from launch.tasks.tagging import (
 from launch.tasks.tags import bio_labels
 from model.encoder import build_encoder
 from model.tasks.crf import CRFLoss
-from model.tasks.head import LAYERS as HEAD_LAYERS
 from model.tasks.tagger import build_tagger
 from pipeline.files import write_atomically
 
@@ -70,10 +69,7 @@ def build_tagger_model(config: FinetuneConfig, source: Pretrained, num_labels: i
         "crf": config.crf,
         "layer_decay": decay,
         "learning_rate": learning_rate,
-        "fresh": [layer for layer in fresh if layer != "pooler"]
-        + (list(HEAD_LAYERS) if source.bert.modern else [])
-        + ["tagger"]
-        + (["crf"] if config.crf else []),
+        "fresh": [layer for layer in fresh if layer != "pooler"] + head_layers(tagger),
     }
     return tagger, recipe
 
