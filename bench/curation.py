@@ -112,7 +112,7 @@ def true_jaccards(texts: list[str]) -> dict[tuple[int, int], float]:
 
     from pipeline.curation import minhash
 
-    sets = [set(minhash.shingle_hashes(minhash.units(t, "words"), 5).tolist()) for t in texts]
+    sets = [set(minhash.shingle_hashes(minhash.unit_hashes(t, "words"), 5).tolist()) for t in texts]
     holders = defaultdict(list)
     for n, shingles in enumerate(sets):
         for s in shingles:
@@ -191,6 +191,23 @@ def score(cluster: dict[int, int], jaccard: dict[tuple[int, int], float], n: int
     return out
 
 
+def estimate_error(texts: list[str], jaccard: dict[tuple[int, int], float]) -> dict:
+    """The signatures' estimate against the true Jaccard, over every pair at 0.3 or above: its
+    root mean square error and mean against sampling theory's sqrt(J (1 - J) / 112)."""
+    import numpy as np
+
+    from pipeline.curation import minhash
+
+    hasher = minhash.MinHasher(14, 8, seed=12345)  # the stage's defaults (CorpusConfig.seed)
+    signatures = [hasher.signature(minhash.shingles(minhash.unit_hashes(t, "words"), 5)) for t in texts]
+    pairs = [(pair, j) for pair, j in jaccard.items() if j >= 0.3]
+    errors = [minhash.estimated_jaccard(signatures[a], signatures[b]) - j for (a, b), j in pairs]
+    theory = [j * (1 - j) / hasher.size for _, j in pairs]
+    rmse, expected = float(np.sqrt(np.mean(np.square(errors)))), float(np.sqrt(np.mean(theory)))
+    return {"pairs": len(pairs), "rmse": round(rmse, 4), "theory": round(expected, 4),
+            "mean": round(float(np.mean(errors)), 4)}  # fmt: skip
+
+
 def near_dedup(data: Path) -> dict:
     docs = base_documents(data)
     copies = planted(docs)
@@ -201,6 +218,7 @@ def near_dedup(data: Path) -> dict:
     result = {"documents": len(texts), "originals": len(docs), "copies": len(copies), "threshold": THRESHOLD,
               "bands x rows": "14 x 8", "seconds": round(seconds, 1),
               **score(cluster, jaccard, len(texts))}  # fmt: skip
+    result["estimate error"] = estimate_error(texts, jaccard)
     by_kind = {}
     for n, (kind, _, original) in enumerate(copies):
         entry = by_kind.setdefault(kind, {"copies": 0, "true J": [], "joined to original": 0})

@@ -387,7 +387,8 @@ CURATION_STAGES = ("near_dedup", "quality", "language")
 
 def curation_summary(stats: Mapping[str, int]) -> dict:
     """The manifest's `curation`: per stage, documents and bytes removed (zeros when it was off,
-    so readers never branch); near_dedup adds its cluster sizes ({members: clusters}), quality
+    so readers never branch); near_dedup adds its cluster sizes ({members: clusters}) and the
+    signature's definition (`minhash.SIGNATURE`), quality
     its counts per rule, language the documents kept and removed per detected language. And
     `exact_dedup`: the exact copies deduplication dropped before any stage saw them (documents
     only: only a pointer of each copy travels, not its bytes), so what left the corpus adds up
@@ -403,8 +404,11 @@ def curation_summary(stats: Mapping[str, int]) -> dict:
         }
         for stage in CURATION_STAGES
     }
+    from pipeline.curation.minhash import SIGNATURE
+
     clusters = under("curation/near_dedup/clusters_of/")
     summary["near_dedup"]["cluster_sizes"] = {k: clusters[k] for k in sorted(clusters, key=int)}
+    summary["near_dedup"]["signature"] = SIGNATURE  # which unit hashes and hash functions signed
     rules: dict[str, dict] = {}
     for name, value in sorted(under("curation/quality/rule/").items()):
         rule, figure = name.rsplit("/", 1)

@@ -2,13 +2,18 @@
 here knows about Beam (`near_dedup.py` wires it).
 
 A document becomes a set of shingles: its normalised words (or characters, for scripts written
-without spaces, or a segmenter's words) in overlapping n-grams, each hashed to 64 bits. Its
-signature is, for each of bands x rows seeded hash functions h_i(x) = mix(x XOR s_i) (mix:
-splitmix64's finaliser, which moves every input bit into every output bit), the smallest value over
-its shingles: two signatures agree in one position with probability equal to the documents'
-Jaccard similarity. (Not (a x + b) mod p with small a: with a and x both under 2^32 that map stays
-nearly monotonic in x, every function picks much the same minimum, and the estimate's error was
-three times the theory's; measured in bench/curation.py.)
+without spaces, or a segmenter's words) in overlapping n-grams, each hashed to 64 bits. A unit's
+hash is a polynomial over its UTF-8 bytes, mixed (`unit_hashes`): computed for every unit of a
+document at once in numpy, from prefix sums over its bytes (hashing each word as a Python string,
+blake2b and a cache, cost more than the signatures). Its signature is, for each of bands x rows
+seeded hash functions, the smallest value over its shingles: two signatures agree in one position
+with probability equal to the documents' Jaccard similarity. Each shingle is mixed once (mix:
+splitmix64's finaliser, which moves every input bit into every output bit) and the functions are
+affine maps of the mixed value, h_i(x) = a_i mix(x) + b_i modulo 2^64 with a_i odd: a bijection of
+a value already uniform, so each orders the shingles at random, and two cost a quarter of a mix.
+(Not (a x + b) mod p on raw values: with a and x both under 2^32 that map stayed nearly monotonic
+in x, every function picked much the same minimum, and the estimate's error was three times the
+theory's; measured in bench/curation.py, and the spread is a test.)
 
 LSH cuts the signature into bands of rows; documents that agree on a whole band share a bucket and
 become candidates, which happens with probability
@@ -49,6 +54,12 @@ MAX_SHINGLE_SIZE = len(_MULTIPLIERS)  # 10: Gopher's repetition rules count word
 # cache; at 4096 rows they did not, and signing took 2.5x as long (same values either way).
 _BLOCK = 1024
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+# A unit's hash: sum(byte[j] * P^j) over its UTF-8 bytes, wrapping, then mixed. P is odd, hence
+# invertible modulo 2^64, so a unit's sum is read off the document's prefix sums at any offset.
+# Changing P, the mix or the multipliers changes every signature: SIGNATURE names the definition
+# (the manifest records it).
+_P = 0xD1B54A32D192ED03
+SIGNATURE = "minhash-v2"  # v1: units hashed by blake2b one Python string at a time (same bands)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -80,6 +91,62 @@ def _ascii_table() -> bytes:
 
 
 _ASCII_NORMAL = _ascii_table()
+_ASCII_UNITS = _ASCII_NORMAL.replace(b" ", b"\x00")  # the same map, units separated by NUL bytes
+_UTF8_UNITS = _ASCII_UNITS[:128] + bytes(range(128, 256))  # the same, leaving multi-byte characters
+_SEP = 0  # normalise() turns a NUL into a space, so no unit holds one
+
+
+class _Normal(dict):
+    """A code point -> what `normalise` makes of its character once lowered: "0" for a digit,
+    itself for a word character, NUL for whitespace and everything else (a `str.translate`
+    table, filled as characters are met)."""
+
+    def __missing__(self, point: int) -> str:
+        char = chr(point)
+        mapped = "0" if char.isdecimal() else char if char.isalnum() or char == "_" else "\x00"
+        self[point] = mapped
+        return mapped
+
+
+_NORMAL = _Normal()
+_FEW_REPLACES = 16  # more distinct characters to change than this: one translate, not a replace each
+
+
+def _separated(text: str) -> bytes:
+    """`normalise(text)` in UTF-8 with a NUL byte for every separator (whitespace, punctuation):
+    the units are its runs of other bytes. Made without a regular expression: in C, a byte map
+    for ASCII and one replace per distinct non-ASCII character that changes (in English text a
+    few quotes and dashes), a quarter of the time of `normalise`'s two substitutions."""
+    if text.isascii():
+        return text.encode("ascii").translate(_ASCII_UNITS)
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    data = lowered.encode("utf-8")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    distinct = set(raw[raw >= 0x80].tobytes().decode("utf-8"))  # its non-ASCII characters only
+    changed = [char for char in distinct if _NORMAL[ord(char)] != char]
+    if len(changed) > _FEW_REPLACES:  # a replace is a pass over the text: linear in them, not quadratic
+        return lowered.translate(_NORMAL).encode("utf-8")
+    for char in changed:  # UTF-8 never matches inside another character, so a replace is exact
+        data = data.replace(char.encode("utf-8"), _NORMAL[ord(char)].encode("utf-8"))
+    return data.translate(_UTF8_UNITS)
+
+
+_CACHED_POWERS = 1 << 20  # bytes: a table of 8 MiB each way, computed once; longer documents compute theirs
+
+
+def _powers(length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P^i, P^-i) modulo 2^64 for i < at least `length`."""
+    return _power_tables(_CACHED_POWERS) if length <= _CACHED_POWERS else _power_tables(length)
+
+
+@functools.lru_cache(maxsize=1)
+def _power_tables(length: int) -> tuple[np.ndarray, np.ndarray]:
+    def table(base: int) -> np.ndarray:
+        steps = np.full(length, base, dtype=np.uint64)
+        steps[0] = 1
+        return np.cumprod(steps, dtype=np.uint64)  # wraps, as intended
+
+    return table(_P), table(pow(_P, -1, 1 << 64))
 
 
 def units(text: str, unit: str, segmenter: Callable[[str], list[str]] | None = None) -> list[str]:
@@ -96,18 +163,59 @@ def units(text: str, unit: str, segmenter: Callable[[str], list[str]] | None = N
     return [w for w in (w.strip() for w in segmenter(text)) if w]
 
 
-@functools.lru_cache(maxsize=1 << 16)  # common words recur across documents
-def _unit_hash(unit: str) -> int:
-    return int.from_bytes(hashlib.blake2b(unit.encode("utf-8"), digest_size=8).digest(), "little")
+def unit_hashes(text: str, unit: str, segmenter: Callable[[str], list[str]] | None = None) -> np.ndarray:
+    """One 64-bit hash per unit of `units(text, unit, segmenter)`, in order, each a function of
+    the unit's bytes alone (`unit_hash`), computed without a Python string per unit."""
+    if unit == "segmenter":
+        data = "\x00".join(units(text, unit, segmenter)).encode("utf-8")
+    else:
+        data = _separated(text)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if unit == "chars":  # a unit per character: a byte that starts one (not 10xxxxxx), not NUL
+        first = np.flatnonzero((raw & 0xC0) != 0x80)
+        ends = np.append(first[1:], raw.size)
+        keep = raw[first] != _SEP
+        starts, ends = first[keep], ends[keep]
+    else:  # a unit per run of bytes other than NUL
+        inside = np.concatenate(([False], raw != _SEP, [False]))
+        edges = np.flatnonzero(inside[1:] != inside[:-1])
+        starts, ends = edges[0::2], edges[1::2]
+    return run_hashes(raw, starts, ends)
 
 
-def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
-    """The document's distinct shingles of `size` units as 64-bit hashes; a document shorter than
-    `size` units is one shingle; none for no units."""
-    if not tokens:
+def run_hashes(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per run values[starts[i]:ends[i]] (bytes or code points): the run's
+    polynomial sum(values[j] * P^(j - start)), mixed; a function of the run's values alone."""
+    if starts.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    hashed = np.fromiter(map(_unit_hash, tokens), dtype=np.uint64, count=len(tokens))
-    return np.unique(combine(hashed, min(size, len(tokens))))
+    forward, backward = _powers(values.size)
+    sums = np.zeros(values.size + 1, dtype=np.uint64)
+    np.cumsum(values * forward[: values.size], out=sums[1:])
+    return _mix((sums[ends] - sums[starts]) * backward[starts])
+
+
+def unit_hash(unit: str) -> int:
+    """What `unit_hashes` gives one unit, in plain Python: the definition it is tested against."""
+    mask, total = (1 << 64) - 1, 0
+    for byte in reversed(unit.encode("utf-8")):  # Horner's rule: sum(byte[j] * P^j)
+        total = (total * _P + byte) & mask
+    for shift, multiplier in ((30, int(_MIX[0])), (27, int(_MIX[1])), (31, 1)):  # `_mix`
+        total = ((total ^ (total >> shift)) * multiplier) & mask
+    return total
+
+
+def shingles(hashes: np.ndarray, size: int) -> np.ndarray:
+    """The document's shingles of `size` units (a unit hash each, `unit_hashes`) as 64-bit hashes,
+    one per position, repeats included (a signature's minimum does not care); a document
+    shorter than `size` units is one shingle; none for no units."""
+    if hashes.size == 0:
+        return hashes
+    return combine(hashes, min(size, hashes.size))
+
+
+def shingle_hashes(hashes: np.ndarray, size: int) -> np.ndarray:
+    """The document's distinct shingles (`shingles`): the set that Jaccard is taken over."""
+    return np.unique(shingles(hashes, size))
 
 
 def combine(values: np.ndarray, k: int) -> np.ndarray:
@@ -133,20 +241,24 @@ class MinHasher:
         return self.bands * self.rows
 
     @functools.cached_property  # drawn once per hasher, not once per document
-    def _seeds(self) -> np.ndarray:
+    def _affine(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a_i, b_i): odd multipliers and addends."""
         rng = np.random.default_rng(self.seed)  # PCG64: the same draws on every machine
-        return rng.integers(0, np.iinfo(np.uint64).max, size=self.size, dtype=np.uint64, endpoint=True)
+        a, b = rng.integers(0, np.iinfo(np.uint64).max, size=(2, self.size), dtype=np.uint64, endpoint=True)
+        return a | np.uint64(1), b
 
     def signature(self, shingles: np.ndarray) -> np.ndarray | None:
-        """The smallest mix(x XOR s_i) over the shingles x, per hash function i (uint64); None for
-        no shingles."""
+        """The smallest a_i mix(x) + b_i over the shingles x, per hash function i (uint64); None
+        for no shingles."""
         if shingles.size == 0:
             return None
-        seeds = self._seeds
+        multipliers, addends = self._affine
+        mixed = _mix(shingles)
         smallest = np.full(self.size, np.iinfo(np.uint64).max, dtype=np.uint64)
-        for start in range(0, shingles.size, _BLOCK):
-            block = shingles[start : start + _BLOCK, None]
-            np.minimum(smallest, _mix(block ^ seeds).min(axis=0), out=smallest)
+        for start in range(0, mixed.size, _BLOCK):
+            values = mixed[start : start + _BLOCK, None] * multipliers  # wraps, as intended
+            values += addends
+            np.minimum(smallest, values.min(axis=0), out=smallest)
         return smallest
 
     def bucket_keys(self, signature: np.ndarray) -> list[int]:

@@ -50,8 +50,8 @@ class _Sign(beam.DoFn):
 
     def process(self, keyed):
         key, text = keyed
-        units = minhash.units(text, self._cfg.shingle_unit, self._segmenter)
-        signature = self._hasher.signature(minhash.shingle_hashes(units, self._cfg.shingle_size))
+        units = minhash.unit_hashes(text, self._cfg.shingle_unit, self._segmenter)
+        signature = self._hasher.signature(minhash.shingles(units, self._cfg.shingle_size))
         _progress.stage("near-dedup signatures", unit="documents").add(1)
         if signature is None:  # nothing but punctuation: nothing to compare
             return

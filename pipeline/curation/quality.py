@@ -1,6 +1,6 @@
 """Heuristic quality rules for documents, Gopher's (Rae et al. 2021, MassiveText) and C4's (Raffel
-et al. 2020), as datatrove defines and defaults them. Pure Python; nothing here knows about Beam
-(`filter_documents.py` applies them).
+et al. 2020), as datatrove defines and defaults them. Python and numpy (a document's tokens as
+arrays, `tokens.py`); nothing here knows about Beam (`filter_documents.py` applies them).
 
 `first_failure(text, filters, thresholds)` returns the first rule a document fails, with the figure
 it measured, or None. Rules run in a fixed order (Gopher's repetition rules, Gopher's quality rules,
@@ -25,15 +25,14 @@ import dataclasses
 import functools
 import json
 import re
-from collections import Counter
 
 import numpy as np
 
-from pipeline.curation import minhash
+from pipeline.curation import minhash, tokens
 from pipeline.text import split_sentences
 
 FILTERS = ("gopher", "c4")
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in tokens.CJK_RANGES)
 _TOKENS = re.compile(rf"[{_CJK}]|[^\s{_CJK}\W]+|[^\w\s]+")  # a CJK character, a word, or punctuation
 _CJK_CHAR = re.compile(rf"[{_CJK}]")
 _PARAGRAPHS = re.compile(r"\n{2,}")
@@ -120,8 +119,9 @@ def is_cjk_document(text: str) -> bool:
 
 
 @functools.lru_cache(maxsize=2)  # both Gopher families read the words of the same document
-def _words(text: str) -> list[str]:
-    return _TOKENS.findall(text)
+def _tokens(text: str) -> tokens.Tokens:
+    """`_TOKENS.findall(text)` as arrays (`tokens.py`, tested against it)."""
+    return tokens.tokenize(text, STOP_WORDS)
 
 
 def _duplicates(parts: list[str]) -> tuple[int, int]:
@@ -136,13 +136,12 @@ def _duplicates(parts: list[str]) -> tuple[int, int]:
 
 
 class _NGrams:
-    """A document's words as integer ids, for n-gram counts in numpy: an n-gram is the wrapping
-    polynomial of its ids (`minhash.combine`), its length the characters of its words."""
+    """A document's words as 64-bit hashes, for n-gram counts in numpy: an n-gram is the wrapping
+    polynomial of its words' hashes (`minhash.combine`), its length the characters of its words."""
 
-    def __init__(self, words: list[str]):
-        index = {w: i for i, w in enumerate(dict.fromkeys(words))}  # ids in order of first use
-        self.ids = np.fromiter(map(index.__getitem__, words), dtype=np.uint64, count=len(words))
-        self.ends = np.cumsum([0, *map(len, words)])
+    def __init__(self, words: tokens.Tokens):
+        self.ids = words.hashes
+        self.ends = np.concatenate(([0], np.cumsum(words.lengths)))
         self._repeated: dict[int, np.ndarray] = {}  # n -> which n-gram positions repeat an earlier one
 
     def grams(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +232,7 @@ def gopher_repetition(text: str, cjk: bool, t: Thresholds):
     yield "gopher_duplicate_line_chars", chars / size, chars / size <= t.gopher_max_duplicate_line_chars
     if cjk:
         return
-    grams = _NGrams(_words(text))
+    grams = _NGrams(_tokens(text))
     for n in (2, 3, 4):
         share = grams.top_chars(n) / size
         yield f"gopher_top_{n}gram", share, share <= getattr(t, f"gopher_max_top_{n}gram")
@@ -245,19 +244,9 @@ def gopher_repetition(text: str, cjk: bool, t: Thresholds):
 
 def gopher_quality(text: str, cjk: bool, t: Thresholds):
     """Yields (rule, measured, passes) for Gopher's quality rules."""
-    words = _words(text)
-    # A token is a run of word characters, a CJK character, or a run of punctuation (`_TOKENS`), so
-    # its first character tells which. Each distinct token is looked at once, weighted by its count
-    # (counted in C): a fifth of the Python work of looking at every token.
-    n_real = real_chars = alpha = stops = 0
-    for word, count in Counter(words).items():
-        if word[0].isalnum() or (word[0] == "_" and word.strip("_")):  # not punctuation
-            n_real += count
-            real_chars += count * len(word)
-            if any(map(str.isalpha, word)):
-                alpha += count
-            if word.lower() in STOP_WORDS:
-                stops += count
+    words = _tokens(text)
+    n_real, real_chars = int(words.real.sum()), int(words.lengths[words.real].sum())
+    alpha, stops = int(words.alpha.sum()), int(words.stop.sum())
     yield "gopher_word_count", n_real, t.gopher_min_words <= n_real <= t.gopher_max_words
     n_words = max(len(words), 1)
     if not cjk and n_real:

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline import build_corpus
 from pipeline.config import CorpusConfig
-from pipeline.curation import quality
+from pipeline.curation import minhash, quality
 from pipeline.curation import report as curation_report
 from tests.conftest import build
 from tests.pipeline.test_quality import planted
@@ -62,6 +62,7 @@ def test_near_copies_are_removed_counted_and_sampled(curated):
     assert near["documents_removed"] >= PLANTED  # the planted ones, and any the docs have
     assert near["documents_removed"] == sum((int(size) - 1) * n for size, n in near["cluster_sizes"].items())
     assert near["bytes_removed"] > 80 * 4 * PLANTED
+    assert near["signature"] == minhash.SIGNATURE  # which signatures decided: v1 builds differ
     for stage in ("quality", "language"):
         assert manifest["curation"][stage]["documents_removed"] == 0  # off
     splits = manifest["splits"]

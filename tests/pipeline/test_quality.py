@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline.curation import quality
+from pipeline.curation import quality, tokens
 
 ALL = ("gopher", "c4")
 
@@ -112,6 +112,13 @@ def reference_duplicate_chars(words: list[str], n: int) -> int:
     return total
 
 
+def ngrams(words: list[str]) -> quality._NGrams:
+    """The n-gram counter over these tokens: joined by spaces, `findall` cuts them back out."""
+    text = " ".join(words)
+    assert quality._TOKENS.findall(text) == words
+    return quality._NGrams(tokens.tokenize(text, quality.STOP_WORDS))
+
+
 def test_ngram_repetition_matches_the_plain_scan(botchan):
     # Real prose, then the same with runs of it repeated at odd offsets, so the scan has repeats
     # that overlap, jump into each other and start mid-run.
@@ -119,12 +126,12 @@ def test_ngram_repetition_matches_the_plain_scan(botchan):
     repeated = words[:97] + words[40:113] + words[:23] + words[5:61] + words[200:]
     for text_words in (words, repeated):
         exact = {n: reference_duplicate_chars(text_words, n) for n in range(5, 11)}
-        grams = quality._NGrams(text_words)
+        grams = ngrams(text_words)
         assert [grams.duplicate_chars(n, enough=0) for n in exact] == list(exact.values())  # the scan
         # Below the limit a bound may stand for the figure (a shorter n-gram's repeats for the
         # longer ones); the rule's decision is the exact figure's at every limit.
         for limit in sorted({0, 1, *exact.values(), *(v + 1 for v in exact.values()), 10**9}):
-            grams = quality._NGrams(text_words)
+            grams = ngrams(text_words)
             for n in exact:
                 figure = grams.duplicate_chars(n, enough=limit)
                 assert figure >= exact[n] and (figure <= limit) == (exact[n] <= limit), (n, limit)
@@ -172,7 +179,7 @@ def test_the_fast_figures_are_the_plain_definitions(documents):
         measured = {rule: value for rule, value, _ in quality.gopher_quality(text, False, thresholds)}
         assert {rule: measured[rule] for rule in reference_word_figures(text)} == reference_word_figures(text)
         words = quality._TOKENS.findall(text)
-        grams = quality._NGrams(words)
+        grams = quality._NGrams(tokens.tokenize(text, quality.STOP_WORDS))
         assert [grams.top_chars(n) for n in (2, 3, 4)] == [reference_top_chars(words, n) for n in (2, 3, 4)]
         *_, (rule, counted, _) = quality.c4(text, False, quality.Thresholds(c4_min_sentences=10**9))
         for least in (1, 3, 5, 8):  # the decision and the figure of a failure: the whole count's
