@@ -10,7 +10,8 @@ seeded hash functions, the smallest value over its shingles: two signatures agre
 with probability equal to the documents' Jaccard similarity. Each shingle is mixed once (mix:
 splitmix64's finaliser, which moves every input bit into every output bit) and the functions are
 affine maps of the mixed value, h_i(x) = a_i mix(x) + b_i modulo 2^64 with a_i odd: a bijection of
-a value already uniform, so each orders the shingles at random, and two cost a quarter of a mix.
+a value already uniform, so each orders the shingles at random, for two operations where a mix
+takes five.
 (Not (a x + b) mod p on raw values: with a and x both under 2^32 that map stayed nearly monotonic
 in x, every function picked much the same minimum, and the estimate's error was three times the
 theory's; measured in bench/curation.py, and the spread is a test.)
@@ -116,7 +117,7 @@ def _separated(text: str) -> bytes:
     """`normalise(text)` in UTF-8 with a NUL byte for every separator (whitespace, punctuation):
     the units are its runs of other bytes. Made without a regular expression: in C, a byte map
     for ASCII and one replace per distinct non-ASCII character that changes (in English text a
-    few quotes and dashes), a quarter of the time of `normalise`'s two substitutions."""
+    few quotes and dashes): less than half the time of `normalise`'s two substitutions."""
     if text.isascii():
         return text.encode("ascii").translate(_ASCII_UNITS)
     lowered = unicodedata.normalize("NFKC", text).lower()

@@ -3,7 +3,7 @@ a run of word characters, or a run of punctuation), each as a 64-bit hash, its l
 and the figures Gopher's rules take from it, computed for a whole document at once in numpy
 rather than one Python string per token (that was half of what the rules cost).
 
-The text's code points (UTF-32) get a class each from a table (`_classes`). A token starts where
+The text's code points (UTF-32) get a class each from a table (`_Tables`). A token starts where
 the regular expression would start a match:
 - a CJK character (the `_CJK` ranges, word character or not) is a token of its own;
 - a run of word characters outside CJK (`\\w`: `isalnum()` or "_");
@@ -24,7 +24,7 @@ from pipeline.curation import minhash
 
 SPACE, WORD, PUNCT, CJK_WORD, CJK_OTHER = range(5)
 CJK_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF))
-_BMP = 0x10000
+_POINTS = 0x110000
 
 
 def _class_of(char: str) -> int:
@@ -37,28 +37,29 @@ def _class_of(char: str) -> int:
     return WORD if word else PUNCT
 
 
-@functools.lru_cache(maxsize=1)  # the Basic Multilingual Plane at once (40 ms, on first use)
-def _bmp_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(class, is a letter, ASCII lower case) per code point below 0x10000."""
-    chars = [chr(p) for p in range(_BMP)]
-    classes = np.array([_class_of(c) for c in chars], dtype=np.uint8)
-    alpha = np.array([c.isalpha() for c in chars], dtype=bool)
-    # str.lower() where it gives one character; the one character whose lower case is two (U+0130)
-    # stays, which holds no stop word either way (its lower case is not ASCII).
-    lower = np.array([ord(low) if len(low := c.lower()) == 1 else ord(c) for c in chars], dtype=np.uint32)
-    return classes, alpha, lower
+class _Tables:
+    """Per code point: class, is a letter, lower case (`str.lower()` where it gives one character;
+    U+0130, whose lower case is two, stays: it holds no stop word either way). Filled as code
+    points are first met, a few hundred in English text, so no process pays for all 1.1 million
+    (a loop over the BMP alone took 0.1-0.2 s, a twentieth of a small build)."""
+
+    def __init__(self):
+        self.kind = np.zeros(_POINTS, dtype=np.uint8)
+        self.alpha = np.zeros(_POINTS, dtype=bool)
+        self.lower = np.arange(_POINTS, dtype=np.uint32)
+        self.known = np.zeros(_POINTS, dtype=bool)
+
+    def learn(self, points: np.ndarray) -> None:
+        new = np.unique(points[~self.known[points]])
+        for point in new.tolist():
+            char = chr(point)
+            self.kind[point], self.alpha[point] = _class_of(char), char.isalpha()
+            if len(low := char.lower()) == 1:
+                self.lower[point] = ord(low)
+        self.known[new] = True  # after the values: a reader that sees it known reads them
 
 
-def _classes(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(class, is a letter) per code point; those past the BMP (emoji, rare scripts) one by one."""
-    classes, alpha = _bmp_tables()[:2]
-    inside = np.minimum(points, _BMP - 1)
-    kind, letter = classes[inside], alpha[inside]
-    astral = np.flatnonzero(points >= _BMP)
-    for i in astral.tolist():
-        char = chr(int(points[i]))
-        kind[i], letter[i] = _class_of(char), char.isalpha()
-    return kind, letter
+_TABLES = _Tables()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Tokens:
 def spans(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(code points, class and letter flag per code point, token starts, token ends) of `text`."""
     points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    kind, letter = _classes(points)
+    _TABLES.learn(points)
+    kind, letter = _TABLES.kind[points], _TABLES.alpha[points]
     n = points.size
     if n == 0:
         return points, kind, letter, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -106,9 +108,7 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
     points, kind, letter, starts, ends = spans(text)
     lengths = ends - starts
     hashes = minhash.run_hashes(points, starts, ends)
-    lower = _bmp_tables()[2][np.minimum(points, _BMP - 1)]
-    lower = np.where(points >= _BMP, points, lower)
-    lowered = minhash.run_hashes(lower, starts, ends)
+    lowered = minhash.run_hashes(_TABLES.lower[points], starts, ends)
     stop = np.isin(lowered, _stop_hashes(stop_words))
     letters = np.concatenate(([0], np.cumsum(letter)))
     alpha = letters[ends] > letters[starts]
