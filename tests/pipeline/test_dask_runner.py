@@ -76,6 +76,42 @@ def test_same_bytes_as_the_direct_runner(
     assert len(list(cluster_folder.glob("workers/tmp*"))) == 2
 
 
+def tree_bytes(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_curation_decides_the_same_on_every_runner(cluster, python_docs, tmp_path):
+    """Language, C4 and near-duplicates (signatures, buckets, clusters) on the Dask cluster, the
+    in-memory DirectRunner and its 2 worker processes: the same corpus and the same samples of
+    what was removed, to the byte. The three longest pages are planted again with 1 % of their words
+    changed."""
+    source = tmp_path / "in"
+    source.mkdir()
+    pages = sorted((python_docs / "library").glob("a*.rst.txt"))
+    longest = sorted(pages, key=lambda path: (-path.stat().st_size, path.name))[:3]
+    for path in pages:
+        text = path.read_text(encoding="utf-8")
+        (source / path.name).write_text(text, encoding="utf-8")
+        if path in longest:
+            n, words = longest.index(path), text.split(" ")
+            for i in range(0, len(words), 100):
+                words[i] = f"changed{n}x{i}"
+            (source / f"near_{path.name}").write_text(" ".join(words), encoding="utf-8")
+    args = ("--input", str(source / "*.txt"), "--doc_per_file", "--vocab_size", "700", "--seq_len", "41",
+            "--max_predictions", "6", "--dupe_factor", "2", "--num_shards", "2", "--languages", "en",
+            "--quality_filters", "c4", "--near_dedup_threshold", "0.8")  # fmt: skip
+    manifest = build(tmp_path / "dask", *args, *on_dask(cluster))
+    build(tmp_path / "direct", *args)
+    two_workers = ("--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+    build(tmp_path / "workers", *args, *two_workers)
+    assert manifest["curation"]["near_dedup"]["documents_removed"] >= 3
+    assert list((tmp_path / "dask" / "curation").glob("near_duplicate.jsonl.gz"))
+    direct = tree_bytes(tmp_path / "direct")
+    assert tree_bytes(tmp_path / "dask") == direct
+    assert tree_bytes(tmp_path / "workers") == direct
+
+
 @pytest.mark.slow
 def test_tfds_input_same_bytes(cluster, botchan, tmp_path):
     from tests.pipeline.test_build_corpus import TFDS_BUILDER
