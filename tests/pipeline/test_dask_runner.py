@@ -46,8 +46,12 @@ def on_dask(address: str) -> tuple[str, ...]:
     return ("--runner", "DaskRunner", "--dask_client_address", address)
 
 
-def folder_bytes(folder) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+def folder_bytes(folder) -> dict[str, bytes | None]:
+    """Every file's bytes under `folder`, by relative path, and its folders (None): a folder one
+    build leaves (`_tmp/`) and another does not is a difference too."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))
+    }
 
 
 # --- the builder on the cluster ------------------------------------------------------------------
@@ -74,10 +78,6 @@ def test_same_bytes_as_the_direct_runner(
     # Nothing went to a worker's own temp folder: every file a stage writes is under the output.
     assert [p for tmp in cluster_folder.glob("workers/tmp*") for p in tmp.iterdir()] == []
     assert len(list(cluster_folder.glob("workers/tmp*"))) == 2
-
-
-def tree_bytes(folder) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.slow
@@ -107,9 +107,9 @@ def test_curation_decides_the_same_on_every_runner(cluster, python_docs, tmp_pat
     build(tmp_path / "workers", *args, *two_workers)
     assert manifest["curation"]["near_dedup"]["documents_removed"] >= 3
     assert list((tmp_path / "dask" / "curation").glob("near_duplicate.jsonl.gz"))
-    direct = tree_bytes(tmp_path / "direct")
-    assert tree_bytes(tmp_path / "dask") == direct
-    assert tree_bytes(tmp_path / "workers") == direct
+    direct = folder_bytes(tmp_path / "direct")
+    assert folder_bytes(tmp_path / "dask") == direct
+    assert folder_bytes(tmp_path / "workers") == direct
 
 
 @pytest.mark.slow
