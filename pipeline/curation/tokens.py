@@ -5,7 +5,7 @@ rather than one Python string per token (that was half of what the rules cost).
 
 The text's code points (UTF-32) get a class each from a table (`_Tables`). A token starts where
 the regular expression would start a match:
-- a CJK character (the `_CJK` ranges, word character or not) is a token of its own;
+- a CJK character (`CJK_RANGES`, word character or not) is a token of its own;
 - a run of word characters outside CJK (`\\w`: `isalnum()` or "_");
 - a run of punctuation (neither `\\w` nor `\\s`), which, once it has started, also takes CJK-range
   characters that are not word characters (the regex's third branch does); one that stands first
@@ -113,7 +113,7 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
     letters = np.concatenate(([0], np.cumsum(letter)))
     alpha = letters[ends] > letters[starts]
     underscore = np.concatenate(([0], np.cumsum(points == ord("_"))))
-    first = kind[starts] if starts.size else kind[:0]
+    first = kind[starts]
     real = (first == CJK_WORD) | ((first == WORD) & (underscore[ends] - underscore[starts] < lengths))
     return Tokens(hashes, lengths, real, alpha & real, stop & real)
 
@@ -122,5 +122,6 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
 def _stop_hashes(stop_words: frozenset[str]) -> np.ndarray:
     words = sorted(stop_words)
     points = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-    ends = np.cumsum([len(w) for w in words])
-    return minhash.run_hashes(points, ends - [len(w) for w in words], ends)
+    lengths = np.array([len(w) for w in words])
+    ends = np.cumsum(lengths)
+    return minhash.run_hashes(points, ends - lengths, ends)
