@@ -23,6 +23,9 @@ unless --rerun):
   a given vocab, without curation and with every stage on; peak memory at 1x and 8x the text
   (copies whose long words are permuted, so that they are not near-duplicates and still English);
   the median of 3 runs of each, interleaved. Targets: <= 1.4x the time; 8x memory <= 1.25x of 1x.
+- runners: the cost part's builds without curation and with every stage on, at 1x and 8x, on the
+  in-memory DirectRunner and on 2 multi_processing workers; each curated build's time over the
+  faster plain build of its scale.
 """
 
 from __future__ import annotations
@@ -470,6 +473,61 @@ def cost(data: Path) -> dict:
     return out
 
 
+RUNNER_MODES = {
+    "in_memory": ["--direct_running_mode", "in_memory"],
+    "multi_processing, 2 workers": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
+}
+
+
+def runners(data: Path) -> dict:
+    """The cost part's builds (no curation; every stage on, default limits) at 1x and 8x, on each
+    DirectRunner mode: the in-memory runner runs the curation stages on one core, 2 worker processes
+    run them on both. The median of 3 runs, interleaved; each ratio is against the faster plain
+    build of its scale, so a slower runner cannot flatter it."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from corpus import run_pipeline
+
+    from pipeline.fetch_corpora import en_general
+
+    source = en_general(data)
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}
+        run_pipeline(
+            [
+                "--input",
+                inputs[1],
+                "--output",
+                str(tmp / "vocab"),
+                "--vocab_size",
+                "8000",
+                "--dupe_factor",
+                "1",
+            ]
+        )
+        base = ["--vocab", str(tmp / "vocab" / "vocab.model"), "--seq_len", "128", "--dupe_factor", "5"]
+        for _ in range(REPEATS):
+            for n, pattern in inputs.items():
+                for mode, mode_flags in RUNNER_MODES.items():
+                    for curated, flags in (("no curation", []), ("every stage on", CURATION_FLAGS)):
+                        name = f"{n}x, {mode}, {curated}"
+                        output = tmp / name.replace(" ", "_").replace(",", "")
+                        seconds, _ = run_pipeline(
+                            ["--input", pattern, "--output", str(output), *base, *mode_flags, *flags]
+                        )
+                        times.setdefault(name, []).append(round(seconds, 2))
+                        print(name, times[name], flush=True)
+    out: dict = {name: {"seconds": statistics.median(runs), "runs": runs} for name, runs in times.items()}
+    for n in (1, 8):
+        plain = min(out[f"{n}x, {mode}, no curation"]["seconds"] for mode in RUNNER_MODES)
+        for mode in RUNNER_MODES:
+            out[f"{n}x, {mode}: every stage on / the faster plain build"] = round(
+                out[f"{n}x, {mode}, every stage on"]["seconds"] / plain, 2
+            )
+    return out
+
+
 # === Runner ===
 
 
@@ -483,11 +541,11 @@ def save(results: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="near_dedup,datatrove,cost")
+    parser.add_argument("--parts", default="near_dedup,datatrove,cost,runners")
     parser.add_argument("--rerun", action="store_true", help="run finished parts again")
     args = parser.parse_args()
     data = REPO / "data"
-    parts = {"near_dedup": near_dedup, "datatrove": datatrove, "cost": cost}
+    parts = {"near_dedup": near_dedup, "datatrove": datatrove, "cost": cost, "runners": runners}
     results = load()
     for name in args.parts.split(","):
         if name in results and not args.rerun:
