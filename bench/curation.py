@@ -399,6 +399,21 @@ def distinct_copies(source: Path, folder: Path, copies: int) -> str:
     return str(folder / "*.txt")
 
 
+def cost_inputs(data: Path, tmp: Path) -> tuple[dict[int, str], list[str]]:
+    """The cost builds' inputs, {1: pattern, 8: pattern} of the general English text in `tmp`, and
+    their shared flags: seq 128, dupe 5 and an 8,000-piece vocab built from the 1x text first."""
+    from corpus import run_pipeline
+
+    from pipeline.fetch_corpora import en_general
+
+    source = en_general(data)
+    inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}
+    run_pipeline(
+        ["--input", inputs[1], "--output", str(tmp / "vocab"), "--vocab_size", "8000", "--dupe_factor", "1"]
+    )
+    return inputs, ["--vocab", str(tmp / "vocab" / "vocab.model"), "--seq_len", "128", "--dupe_factor", "5"]
+
+
 def cost(data: Path) -> dict:
     """Build seconds and peak memory (the process tree's RSS), the same flags and a given vocab:
     no curation; every stage on with limits that remove nothing (the stages' own cost, the rest of
@@ -407,26 +422,11 @@ def cost(data: Path) -> dict:
     from corpus import run_pipeline
 
     from pipeline.curation import quality
-    from pipeline.fetch_corpora import en_general
 
-    source = en_general(data)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}
-        run_pipeline(
-            [
-                "--input",
-                inputs[1],
-                "--output",
-                str(tmp / "vocab"),
-                "--vocab_size",
-                "8000",
-                "--dupe_factor",
-                "1",
-            ]
-        )
-        base = ["--vocab", str(tmp / "vocab" / "vocab.model"), "--seq_len", "128", "--dupe_factor", "5"]
+        inputs, base = cost_inputs(data, tmp)
         loose = tmp / "loose.json"  # every limit where no document reaches it
         limits = {"gopher_min_words": 0, "gopher_min_mean_word_length": 0, "gopher_max_mean_word_length": 1e9,
                   "gopher_max_hash_ratio": 1e9, "gopher_max_ellipsis_ratio": 1e9, "gopher_min_alpha_words": 0,
@@ -487,26 +487,10 @@ def runners(data: Path) -> dict:
     sys.path.insert(0, str(REPO / "bench"))
     from corpus import run_pipeline
 
-    from pipeline.fetch_corpora import en_general
-
-    source = en_general(data)
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}
-        run_pipeline(
-            [
-                "--input",
-                inputs[1],
-                "--output",
-                str(tmp / "vocab"),
-                "--vocab_size",
-                "8000",
-                "--dupe_factor",
-                "1",
-            ]
-        )
-        base = ["--vocab", str(tmp / "vocab" / "vocab.model"), "--seq_len", "128", "--dupe_factor", "5"]
+        inputs, base = cost_inputs(data, tmp)
         for _ in range(REPEATS):
             for n, pattern in inputs.items():
                 for mode, mode_flags in RUNNER_MODES.items():
