@@ -257,6 +257,9 @@ class CorpusConfig:
             self.near_dedup_threshold == 0.0 or 0.0 < self.near_dedup_threshold < 1.0,
             f"--near_dedup_threshold: expected 0 (off) or in (0, 1), found {self.near_dedup_threshold}",
         )
+        need(  # numpy's seed sequences and rensa's hash functions take unsigned seeds
+            0 <= self.seed < 2**63, f"--seed: expected 0 <= seed < 2**63, found {self.seed}"
+        )
         need(
             self.minhash_bands >= 1 and self.minhash_rows >= 1,
             f"--minhash_bands/--minhash_rows: expected >= 1, found {self.minhash_bands}/{self.minhash_rows}",

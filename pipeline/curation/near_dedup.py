@@ -7,7 +7,7 @@
   Removed          every other member: a `Removal`
 
 Only keys, sizes and signatures pass the shuffle, never text. A document's signature travels with
-each of its bucket entries (14 x 896 bytes for FineWeb's 14 x 8), so that a bucket confirms its
+each of its bucket entries (14 x 448 bytes for FineWeb's 14 x 8), so that a bucket confirms its
 own pairs: one shuffle where joining signatures to candidate pairs took four more (distinct pairs,
 two joins and the sizes' join), which cost a 3.4 MB build 0.5-0.8 s more. The price is shuffle
 bytes, about six times the joins' (docs/corpus.md). A pair that shares several buckets is
@@ -71,7 +71,7 @@ def _confirmed_pairs(bucket, needed: float):
         pairs = ((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
     else:
         pairs = ((members[0], b) for b in members[1:])
-    signatures = {key: np.frombuffer(signature, dtype=np.uint64) for key, _, signature in members}
+    signatures = {key: np.frombuffer(sig, dtype=minhash.SIGNATURE_DTYPE) for key, _, sig in members}
     for (a, a_bytes, _), (b, b_bytes, _) in pairs:
         if minhash.estimated_jaccard(signatures[a], signatures[b]) >= needed:
             yield (a, a_bytes), (b, b_bytes)

@@ -199,6 +199,7 @@ def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
             "--shingle_size: expected 1..10, found 11",
         ),
         (("--shingle_unit", "segmenter"), "--shingle_unit segmenter needs --word_segmenter"),
+        (("--near_dedup_threshold", "0.8", "--seed", "-5"), "--seed: expected 0 <= seed < 2**63, found -5"),
         (("--languages", "English"), "--languages: expected ISO 639-1 codes like en,zh, found English"),
         (("--min_language_score", "0.5"), "--min_language_score needs --languages"),
     ],
