@@ -176,7 +176,9 @@ def test_a_signature_is_the_minimum_of_each_hash_function(words):
     signature = hasher.signature(shingles)
     assert signature.dtype == np.uint32 and signature.shape == (15,)
     assert signature.tolist() == each.min(axis=0).tolist()
-    assert (each != each[0]).any(axis=0).all()  # every function orders the shingles its own way
+    # Independent functions each pick their own minimum; correlated ones (the bug the estimate's
+    # spread test guards against) pick much the same shingle. 15 of 2,601: a repeat is unlikely.
+    assert len(set(each.argmin(axis=0).tolist())) >= 13
     shuffled = np.random.default_rng(0).permutation(np.concatenate([shingles, shingles[::7]]))
     assert hasher.signature(shuffled).tolist() == signature.tolist()
     assert minhash.MinHasher(5, 3, seed=12).signature(shingles).tolist() != signature.tolist()
