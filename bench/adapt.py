@@ -208,7 +208,8 @@ def adapt(task: str, variant: str, data: Path, out: Path) -> Path:
         CELLS.record(name, config, result, time.time() - start)
     else:
         why = "out/ is not committed: the first run's export was gone; made again with the same command"
-        same = result["eval"] == recorded["eval"]
+        # both held-out figures: a run without a validation split records only "skipped" there
+        same = result["eval"] == recorded["eval"] and result["forgetting"] == recorded["forgetting"]
         result = {**result, "recorded_eval": recorded["eval"], "bit_identical": same}
         CELLS.record(f"{name}-rebuilt", {**config, "why": why}, result, time.time() - start)
     return folder / "export"
