@@ -13,7 +13,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipeline.config import CorpusConfig
-from pipeline.curation.filter_documents import FilterDocuments
+from pipeline.curation.filter_documents import FilterDocuments, batch_documents
 from pipeline.curation.near_dedup import NearDeduplicate
 
 
@@ -29,8 +29,11 @@ class CurateDocuments(beam.PTransform):
     def expand(self, docs):
         cfg, removed, stats = self._cfg, [], []
         if cfg.quality_filters or cfg.languages:
-            filtered = docs | "FilterDocuments" >> beam.ParDo(FilterDocuments(cfg)).with_outputs(
-                "removed", "stats", main="kept"
+            filtered = (
+                docs
+                | "BatchForFilters" >> batch_documents()
+                | "FilterDocuments"
+                >> beam.ParDo(FilterDocuments(cfg)).with_outputs("removed", "stats", main="kept")
             )
             docs = filtered.kept
             removed.append(filtered.removed)
