@@ -5,8 +5,9 @@ per language, on a "stats" output.
 
 A batch's languages are identified on a thread of its own, ahead of the rules: CLD2 releases the
 GIL and the rules hold it (small numpy calls and Python), so on the in-memory runner, which runs
-every curation stage on one core, the second core does CLD2's share (a quarter of the stages' time
-on English text; bench/curation.py). Each document's decision is its own, whatever its batch."""
+every curation stage on one core, the second core does CLD2's share (about a fifth of the stages'
+time on English text; docs/benchmarks/curation.md). Each document's decision is its own, whatever
+its batch."""
 
 from __future__ import annotations
 
