@@ -94,7 +94,8 @@ def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch
     from model.masked_lm import build_pretraining_model
     from model.pretraining import Objective
 
-    config = BertConfig.preset(preset, args.vocab_size)
+    overrides = {} if args.dropout is None else {"dropout": args.dropout}
+    config = BertConfig.preset(preset, args.vocab_size, **overrides)
     model = build_pretraining_model(config, seq_len, max_predictions)
     optimizer = build_optimizer("adamw", learning_rate=1e-4, warmup_steps=100, total_steps=100_000)
     compile_pretraining(model, optimizer, jit_compile=True, steps_per_execution=args.steps_per_execution)
@@ -116,6 +117,7 @@ def time_one_length(args, preset: str, seq_len: int, max_predictions: int, batch
         "max_predictions": max_predictions,
         "batch_size": batch_size,
         "precision": args.precision,
+        "dropout": config.dropout,
         "compile_and_warmup_s": round(compile_s, 1),
         "steps": steps,
         "steps_per_s": steps / elapsed,
@@ -138,6 +140,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200, help="timed steps, after a compiling warm-up")
     parser.add_argument("--steps_per_execution", type=int, default=10)
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    parser.add_argument("--dropout", type=float, help="default: the preset's (BERT 0.1, ModernBERT 0)")
+    parser.add_argument(
+        "--flash_attention",
+        action="store_true",
+        help="keras.config.enable_flash_attention() (cuDNN's fused attention on JAX)",
+    )
     parser.add_argument("--peak_tflops", type=float, help="default: the GPU's dense bf16 figure")
     parser.add_argument("--matmul_size", type=int, default=8192, help="the reference matmul's side")
     parser.add_argument("--output", help="also write the figures as JSON here")
@@ -157,6 +165,8 @@ def main() -> int:
     peak = args.peak_tflops or peak_tflops_for(name)
     if args.precision == "bf16":
         keras.config.set_dtype_policy("mixed_bfloat16")
+    if args.flash_attention:
+        keras.config.enable_flash_attention()
     achievable = matmul_tflops(args.matmul_size)
     results = []
     for preset in args.presets.split(","):

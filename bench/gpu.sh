@@ -10,13 +10,14 @@
 # two small packages it needs travel as wheels in .whl/ (git-ignored), fetched beforehand with:
 #
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #     keras==3.15.1 namex==0.1.0 optree==0.20.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/bertbeam-site .whl/*.whl
+  $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/bertbeam-site .whl/*.whl
   export PYTHONPATH=/tmp/bertbeam-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ -z "${KERAS_BACKEND:-}" ]; then
