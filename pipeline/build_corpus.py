@@ -57,7 +57,7 @@ from pipeline.stages.create_instances import CreateInstances
 from pipeline.stages.dedup import DeduplicateDocuments
 from pipeline.stages.manifest import WriteManifest
 from pipeline.stages.plan import PlanGroups
-from pipeline.stages.read import ReadDocuments, RereadDocuments, input_bytes
+from pipeline.stages.read import ReadDocuments, RereadDocuments, batch_documents, input_bytes
 from pipeline.stages.stats import BadInputError, SumCounters
 from pipeline.stages.tokenize import TokenizeDocuments
 from pipeline.stages.train_vocab import TrainVocab, write_vocab
@@ -139,9 +139,7 @@ def build_pipeline(
     # ~20 K characters went to the tokenizer one at a time, and its thread pool spent the time
     # waking up (the Python docs in BERT's format: read and tokenized in 6.2 s, 5.2 s now). A
     # document's tokens do not depend on its batch, only the speed does.
-    batches = documents("RereadDocuments") | "BatchDocuments" >> beam.BatchElements(
-        min_batch_size=1 << 18, max_batch_size=1 << 20, element_size_fn=lambda keyed: len(keyed[1])
-    )
+    batches = documents("RereadDocuments") | "BatchDocuments" >> batch_documents(min_chars=1 << 18)
     tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocuments(cfg, segmenter, spill_to=spill_dir(spill_root(cfgs))), vocab_si
     ).with_outputs("stats", main="docs")

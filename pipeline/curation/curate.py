@@ -13,8 +13,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipeline.config import CorpusConfig
-from pipeline.curation.filter_documents import FilterDocuments, batch_documents
+from pipeline.curation.filter_documents import FilterDocuments
 from pipeline.curation.near_dedup import NearDeduplicate
+from pipeline.stages.read import batch_documents
 
 
 class CurateDocuments(beam.PTransform):
@@ -31,7 +32,9 @@ class CurateDocuments(beam.PTransform):
         if cfg.quality_filters or cfg.languages:
             filtered = (
                 docs
-                | "BatchForFilters" >> batch_documents()
+                # 64 Ki characters at least: enough documents that the language thread stays
+                # ahead of the rules (filter_documents.py)
+                | "BatchForFilters" >> batch_documents(min_chars=1 << 16)
                 | "FilterDocuments"
                 >> beam.ParDo(FilterDocuments(cfg)).with_outputs("removed", "stats", main="kept")
             )

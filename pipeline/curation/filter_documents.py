@@ -24,15 +24,6 @@ from pipeline.stages import progress as _progress
 from pipeline.stages.stats import count_stats
 
 
-def batch_documents() -> beam.BatchElements:
-    """(key, text) -> lists of them, 64 Ki to 1 Mi characters each (Beam sizes them by timing
-    within those bounds): enough documents that the language thread stays ahead of the rules,
-    memory bounded however long the documents are."""
-    return beam.BatchElements(
-        min_batch_size=1 << 16, max_batch_size=1 << 20, element_size_fn=lambda keyed: len(keyed[1])
-    )
-
-
 class FilterDocuments(beam.DoFn):
     """A batch of (key, text) -> main output: (key, text) of the documents every rule keeps;
     "removed": (key, Removal); "stats": documents and bytes removed, per stage and per rule."""

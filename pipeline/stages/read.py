@@ -26,6 +26,15 @@ from pipeline.stages.stats import BadInputError, count_stats
 log = logging.getLogger("bertbeam.corpus")
 
 
+def batch_documents(min_chars: int, max_chars: int = 1 << 20) -> beam.BatchElements:
+    """(key, text) -> lists of them, sized in characters: Beam chooses each batch's size by timing,
+    within [min_chars, max_chars], so memory per batch stays bounded however long the documents
+    are. What a stage computes per document never depends on its batch, only how fast it runs."""
+    return beam.BatchElements(
+        min_batch_size=min_chars, max_batch_size=max_chars, element_size_fn=lambda keyed: len(keyed[1])
+    )
+
+
 @contextlib.contextmanager
 def _open_decompressed(path: str):
     """(a binary stream of the file's text, decompressed by extension; the raw file under it,
