@@ -2,7 +2,7 @@
 launch.evaluate reports it, the Hugging Face export loads in transformers with the run's logits,
 launch.finetune fine-tunes it (mean pooling, as ModernBERT's classifier) and tags with it (exported
 as ModernBertForTokenClassification with the tagger's logits), mixed precision and ELECTRA train
-it. (SIGKILL and two phases: tests/reliability/test_killed_training.py.)"""
+it. (SIGKILL and two phases: tests/reliability/test_killed_models.py.)"""
 
 from __future__ import annotations
 

@@ -7,20 +7,19 @@ warm-up reads)."""
 
 from __future__ import annotations
 
-import os
 import random
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.schema import read_manifest
 from tests.releases import random_model
-from tests.reliability.test_killed_training import (
+from tests.reliability.resume import (
     assert_same_variables,
     checkpointed_step,
     kill_at_steps,
+    kill_seed,
     read_trace,
     start,
     trained_batches,
@@ -60,7 +59,7 @@ def uninterrupted(command, model_dir: Path, **kwargs) -> int:
 def test_sigkills_during_and_after_the_head_warm_up_change_nothing(command, tmp_path, report):
     reference = tmp_path / "reference"
     reference_pid = uninterrupted(command, reference)
-    seed = int(os.environ.get("RESUME_TEST_SEED", time.time_ns() % 10_000))
+    seed = kill_seed()
     rng = random.Random(seed)
     targets = [rng.randrange(7, HEAD_STEPS - 2), rng.randrange(HEAD_STEPS + 7, TRAIN_STEPS - 5)]
     resumed = tmp_path / "resumed"
