@@ -102,9 +102,9 @@ def decoding(model: keras.Model, labels: Sequence[str], crf: bool):
         scores = model(features, training=False)
         if crf:
             return model.get_layer("crf").decode(scores, mask)
-        compacted, lengths, order = compact(tf.nn.log_softmax(scores), mask)
+        compacted, lengths = compact(tf.nn.log_softmax(scores), mask)
         path = viterbi(compacted, lengths, transitions, start, tf.zeros(len(labels)))
-        return expand(path, order, mask)
+        return expand(path, mask)
 
     return decode
 

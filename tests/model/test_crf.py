@@ -75,3 +75,19 @@ def test_the_loss_trains_the_transitions_under_xla(case):
     assert moved[0, 1] > 0 and moved[1, 2] > 0 and moved[0, 2] < 0
     decoded = tf.function(layer.decode, jit_compile=True)(model(x[:2]), y[:2] != IGNORE)
     assert decoded.numpy().tolist() == y[:2].tolist()
+
+
+def test_the_loss_and_the_decoder_hold_no_sort(case):
+    """`compact` orders the labelled positions by a running count, not an argsort: with a sort in
+    the compiled train step, dropout's random bits cost several times more on CPU (the tagger's
+    step 7x slower; model/tasks/crf.py). The traced graphs of both hold none."""
+    crf, emissions, masks = case
+    tags = np.where(masks, 1, IGNORE).astype("int32")
+    graphs = [
+        tf.function(CRFLoss(crf).call).get_concrete_function(tf.constant(tags), tf.constant(emissions)).graph,
+        tf.function(crf.decode).get_concrete_function(tf.constant(emissions), tf.constant(masks)).graph,
+    ]
+    for graph in graphs:
+        kinds = {op.type for op in graph.get_operations()}
+        assert "TakeAlongAxis" in kinds or "GatherV2" in kinds or "GatherNd" in kinds, sorted(kinds)
+        assert not kinds & {"TopKV2", "XlaSort", "Sort", "XlaVariadicSort"}, sorted(kinds)
