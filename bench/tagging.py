@@ -22,9 +22,10 @@ The grid:
   the same budget, seeds 0, 1, 2.
 - **The CRF's rate** (`crf-rate` cells): the pretrained CRF tagger, seed 0, its transitions at
   1, 10, 100 (the default) and 1000 x the rate, compared on validation only.
-- **A release**: all-MiniLM-L6-v2 (data/releases; English-trained, its uncased WordPiece holds
-  the CJK characters as pieces), fine-tuned the same way, 3 seeds, CRF: the one release this
-  machine has, where a Chinese one would be the fair reference.
+- **A release**: all-MiniLM-L6-v2 (data/releases; English-trained; its uncased WordPiece holds
+  only 244 CJK characters, so most of pd_ner's characters are [UNK] to it), fine-tuned the same
+  way, 3 seeds, CRF: the one release this machine has, where a Chinese one would be the fair
+  reference.
 - **Span extraction** (`span` cells): no reading-comprehension set was found on a registry this
   machine reaches, so pd_ner's same draws are asked as one (the MRC framing of NER, Li et al.
   2020): for each sentence and type, "which person (place, organisation) does it name?", any of
