@@ -7,6 +7,7 @@ warm-up reads)."""
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from tests.reliability.resume import (
     kill_at_steps,
     kill_seed,
     read_trace,
-    start,
+    run_to_the_end,
     trained_batches,
 )
 
@@ -49,25 +50,16 @@ def command(small_corpus, tmp_path_factory):
     return command
 
 
-def uninterrupted(command, model_dir: Path, **kwargs) -> int:
-    log = model_dir.parent / f"{model_dir.name}.log"
-    process = start(command(model_dir, **kwargs), log)
-    assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
-    return process.pid
-
-
 def test_sigkills_during_and_after_the_head_warm_up_change_nothing(command, tmp_path, report):
     reference = tmp_path / "reference"
-    reference_pid = uninterrupted(command, reference)
+    reference_pid = run_to_the_end(command, reference, tmp_path / "reference.log")
     seed = kill_seed()
     rng = random.Random(seed)
     targets = [rng.randrange(7, HEAD_STEPS - 2), rng.randrange(HEAD_STEPS + 7, TRAIN_STEPS - 5)]
     resumed = tmp_path / "resumed"
     segments = kill_at_steps(command, resumed, targets, tmp_path, seed)
     resumed_from = checkpointed_step(resumed)
-    final = start(command(resumed), tmp_path / "final.log")
-    assert final.wait(timeout=600) == 0, (tmp_path / "final.log").read_text()[-3000:]
-    segments.append((final.pid, resumed_from))
+    segments.append((run_to_the_end(command, resumed, tmp_path / "final.log"), resumed_from))
     log = (tmp_path / "segment0.log").read_text()
     assert f"head warm-up, steps 0-{HEAD_STEPS}:" in log, log[-2000:]
 
@@ -77,7 +69,8 @@ def test_sigkills_during_and_after_the_head_warm_up_change_nothing(command, tmp_
 
     # The data runs on across the switch: the same stream as a run with no warm-up.
     plain = tmp_path / "plain"
-    plain_stream = read_trace(plain, uninterrupted(command, plain, head_steps=0))
+    without_warm_up = functools.partial(command, head_steps=0)
+    plain_stream = read_trace(plain, run_to_the_end(without_warm_up, plain, tmp_path / "plain.log"))
     assert [stream[i] for i in range(TRAIN_STEPS)] == [plain_stream[i] for i in range(TRAIN_STEPS)]
     report(
         "continued pretraining with a head warm-up SIGKILLed twice, resumed",
