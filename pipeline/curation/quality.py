@@ -154,13 +154,20 @@ class _NGrams:
         """The characters of each n-gram position's words, without spaces."""
         return self.ends[n:] - self.ends[:-n]
 
-    def top_chars(self, n: int) -> int:
+    def top_chars(self, n: int, enough: float = 0) -> int:
         """Characters covered by the most frequent n-gram's occurrences, spaces between its words
         included (its length x its count); ties go to the one that occurs first, as
-        `Counter.most_common` does."""
+        `Counter.most_common` does. As in `duplicate_chars`, a bound stands for the figure when it
+        is below `enough` (from `_bucket_counts`: in most text far below the limit, and found
+        without the sort that the exact figure needs)."""
         grams, chars = self.grams(n)
         if grams.size == 0:
             return 0
+        if enough > 0:
+            counts = _bucket_counts(grams)  # each at least its own n-gram's count
+            bound = int(((chars + (n - 1)) * counts).max())
+            if bound < enough:
+                return bound
         ordered = np.sort(grams)  # counts from runs of a plain sort: twice as fast as np.unique's
         starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
         counts = np.diff(np.append(starts, ordered.size))
@@ -187,9 +194,7 @@ class _NGrams:
             if bound < enough:
                 return bound
         grams = minhash.combine(self.ids, n)
-        _, first = np.unique(grams, return_index=True)
-        repeated = np.ones(grams.size, dtype=bool)
-        repeated[first] = False
+        repeated = _repeats(grams)
         self._repeated[n] = repeated
         bound = int(chars[repeated].sum())
         if bound < enough:
@@ -207,6 +212,37 @@ class _NGrams:
                 seen.add(values[j])
                 i = j + 1
         return total
+
+
+_BUCKETS = 1 << 16  # at most: 512 KiB of counts, so that the bincount stays in the core's cache
+
+
+def _bucket_counts(grams: np.ndarray) -> np.ndarray:
+    """For each n-gram position, how many positions fall into its bucket (the top bits of its
+    hash, about one bucket per position): never less than the count of its own n-gram, so a
+    figure taken from these counts bounds the exact one from above, without a sort."""
+    bits = min(max(grams.size.bit_length(), 4), _BUCKETS.bit_length() - 1)
+    buckets = (grams >> np.uint64(64 - bits)).astype(np.intp)
+    return np.bincount(buckets, minlength=1 << bits)[buckets]
+
+
+def _repeats(values: np.ndarray) -> np.ndarray:
+    """Which positions hold a value seen earlier in the array. A plain sort finds the values that
+    repeat (in text, few); first indices are then taken among their occurrences alone, which
+    spares the stable argsort that `np.unique` with first indices runs over the whole array."""
+    ordered = np.sort(values)
+    again = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    repeated = np.zeros(values.size, dtype=bool)
+    if again.size:
+        top = np.zeros(1 << 16, dtype=bool)  # a 64 KiB filter on the top bits first: most positions
+        top[again >> np.uint64(48)] = True  # leave here, and the search below sees only the rest
+        near = np.flatnonzero(top[values >> np.uint64(48)])
+        found = np.minimum(np.searchsorted(again, values[near]), again.size - 1)
+        at = near[again[found] == values[near]]
+        _, first = np.unique(values[at], return_index=True)
+        repeated[at] = True
+        repeated[at[first]] = False
+    return repeated
 
 
 def gopher_repetition(text: str, cjk: bool, t: Thresholds):
@@ -234,7 +270,7 @@ def gopher_repetition(text: str, cjk: bool, t: Thresholds):
         return
     grams = _NGrams(_tokens(text))
     for n in (2, 3, 4):
-        share = grams.top_chars(n) / size
+        share = grams.top_chars(n, enough=getattr(t, f"gopher_max_top_{n}gram") * size) / size
         yield f"gopher_top_{n}gram", share, share <= getattr(t, f"gopher_max_top_{n}gram")
     for n in range(5, 11):
         limit = getattr(t, f"gopher_max_duplicate_{n}gram")

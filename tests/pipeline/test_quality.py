@@ -7,6 +7,7 @@ import json
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from pipeline.curation import quality, tokens
@@ -138,6 +139,21 @@ def test_ngram_repetition_matches_the_plain_scan(botchan):
     assert reference_duplicate_chars(repeated, 10) > reference_duplicate_chars(words, 5)  # repeats planted
 
 
+def test_repeats_are_the_positions_seen_before():
+    """`_repeats` against a plain loop, on values that collide in their top 16 bits (its filter)
+    and some that repeat, in odd orders."""
+    rng = np.random.default_rng(7)
+    for size in (0, 1, 2, 37, 1_001):
+        for distinct in (1, 3, 50, 10**6):
+            low = rng.integers(0, distinct, size=size, dtype=np.uint64)
+            values = (low % np.uint64(5)) << np.uint64(48) | low  # few top-bit groups, shared widely
+            seen, plain = set(), []
+            for value in values.tolist():
+                plain.append(value in seen)
+                seen.add(value)
+            assert quality._repeats(values).tolist() == plain, (size, distinct)
+
+
 @pytest.fixture(scope="module")
 def documents(python_docs, botchan, lines) -> list[str]:
     """Real documents of every shape the rules meet: Python docs files (blank lines, markup,
@@ -180,7 +196,15 @@ def test_the_fast_figures_are_the_plain_definitions(documents):
         assert {rule: measured[rule] for rule in reference_word_figures(text)} == reference_word_figures(text)
         words = quality._TOKENS.findall(text)
         grams = quality._NGrams(tokens.tokenize(text, quality.STOP_WORDS))
-        assert [grams.top_chars(n) for n in (2, 3, 4)] == [reference_top_chars(words, n) for n in (2, 3, 4)]
+        exact = {n: reference_top_chars(words, n) for n in (2, 3, 4)}
+        assert {n: grams.top_chars(n) for n in exact} == exact
+        # Below the limit a bound from bucket counts may stand for the figure; the decision is
+        # the exact figure's at every limit, and a figure at or above the limit is exact.
+        for n, figure in exact.items():
+            for limit in (1, figure - 1, figure, figure + 1, len(text) * 0.2):
+                bounded = grams.top_chars(n, enough=limit)
+                assert bounded >= figure and (bounded <= limit) == (figure <= limit), (n, limit)
+                assert bounded < limit or bounded == figure, (n, limit)
         *_, (rule, counted, _) = quality.c4(text, False, quality.Thresholds(c4_min_sentences=10**9))
         for least in (1, 3, 5, 8):  # the decision and the figure of a failure: the whole count's
             *_, (last, figure, passes) = quality.c4(text, False, quality.Thresholds(c4_min_sentences=least))
