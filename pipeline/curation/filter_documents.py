@@ -3,23 +3,33 @@ removed: first by language (`language.py`: not one of --languages, or too little
 the first quality rule it fails (`quality.py`); counts per stage and rule, and the documents kept
 per language, on a "stats" output.
 
-A batch's languages are identified on a thread of its own, ahead of the rules: CLD2 releases the
-GIL and the rules hold it (small numpy calls and Python), so on the in-memory runner, which runs
-every curation stage on one core, the second core does CLD2's share (about a fifth of the stages'
-time on English text; docs/benchmarks/curation.md). Each document's decision is its own, whatever
-its batch."""
+Where the work runs. The in-memory runner runs every curation stage on one core, and the rules
+hold the GIL (small numpy calls and Python; two threads over them were slower than one):
+- by default, in the build's process, each batch's languages identified on a thread of their
+  own ahead of the rules (CLD2 releases the GIL, so the second core does its share, about a
+  fifth of the stages' time on English text);
+- with `--filter_processes N`, each batch cut into N parts of about equal characters for N
+  spawned processes that decide both, while the build's process reads and signs the next
+  batches; a batch's outputs leave in order once its answers are in. The rules then use every
+  core (docs/benchmarks/curation.md weighs the two ways).
+Each document's decision is its own, whatever its batch or process (`rules.py`)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+import collections
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline import files
 from pipeline.config import CorpusConfig
 from pipeline.curation import language, quality
 from pipeline.curation.removal import Removal
+from pipeline.curation.rules import Rules
 from pipeline.stages import progress as _progress
 from pipeline.stages.stats import count_stats
 
@@ -32,45 +42,89 @@ class FilterDocuments(beam.DoFn):
         self._cfg = cfg
 
     def setup(self):
-        self._thresholds = quality.Thresholds.parse(self._cfg.quality_thresholds, files.read_file)
-        self._identifier = ThreadPoolExecutor(1, thread_name_prefix="cld2") if self._cfg.languages else None
+        cfg = self._cfg
+        thresholds = quality.Thresholds.parse(cfg.quality_thresholds, files.read_file)
+        self._rules = Rules(cfg.languages, cfg.min_language_score, cfg.quality_filters, thresholds)
+        self._identifier, self._pool = None, None
+        if cfg.filter_processes:  # spawned: the build's process holds threads that fork would copy
+            spawn = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(cfg.filter_processes, mp_context=spawn)
+        elif cfg.languages:
+            self._identifier = ThreadPoolExecutor(1, thread_name_prefix="cld2")
 
     def teardown(self):
-        if self._identifier is not None:
-            self._identifier.shutdown()
+        for executor in (self._identifier, self._pool):
+            if executor is not None:
+                executor.shutdown()
+
+    def start_bundle(self):
+        self._waiting = collections.deque()  # with workers: (batch, its parts' futures), oldest first
 
     def process(self, batch):
         _progress.stage("filters", unit="documents").add(len(batch))
-        stats = Counter()
-        identified = None
-        if self._identifier is not None:  # map submits the whole batch at once, answers come in order
-            identified = self._identifier.map(language.identify, [text for _, text in batch])
-        for key, text in batch:
-            removal = self._language(next(identified), text, stats) if identified is not None else None
-            if removal is None and self._cfg.quality_filters:
-                failed = quality.first_failure(text, self._cfg.quality_filters, self._thresholds)
-                if failed is not None:
-                    removal = Removal("quality", failed[0], failed[1], len(text.encode("utf-8")))
-                    stats[f"curation/quality/rule/{failed[0]}/documents_removed"] += 1
-                    stats[f"curation/quality/rule/{failed[0]}/bytes_removed"] += removal.bytes
+        if self._pool is None:
+            yield from self._outputs(batch, self._decisions([text for _, text in batch]))
+            return
+        # Batches wait in the workers while this process reads and signs the next ones; a batch's
+        # outputs leave when its answers are in, at the latest once a batch per worker waits.
+        self._waiting.append((batch, self._submit([text for _, text in batch])))
+        while self._waiting and (
+            len(self._waiting) > self._cfg.filter_processes or all(f.done() for f in self._waiting[0][1])
+        ):
+            yield from self._answered()
+
+    def finish_bundle(self):
+        while self._waiting:  # a batch pipeline's one window: what finish_bundle emits must name it
+            for output in self._answered():
+                if isinstance(output, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(output.tag, _global(output.value))
+                else:
+                    yield _global(output)
+
+    def _answered(self):
+        batch, parts = self._waiting.popleft()
+        return self._outputs(batch, [decision for part in parts for decision in part.result()])
+
+    def _outputs(self, batch, decisions):
+        stats = collections.Counter()
+        for (key, text), (removal, seen) in zip(batch, decisions, strict=True):
+            if seen is not None:
+                stats[f"curation/language/{seen}"] += 1
             if removal is None:
                 yield key, text
-            else:
-                stats[f"curation/{removal.stage}/documents_removed"] += 1
-                stats[f"curation/{removal.stage}/bytes_removed"] += removal.bytes
-                yield beam.pvalue.TaggedOutput("removed", (key, removal))
+                continue
+            removal = Removal(*removal, len(text.encode("utf-8")))
+            if removal.stage == "quality":
+                stats[f"curation/quality/rule/{removal.reason}/documents_removed"] += 1
+                stats[f"curation/quality/rule/{removal.reason}/bytes_removed"] += removal.bytes
+            stats[f"curation/{removal.stage}/documents_removed"] += 1
+            stats[f"curation/{removal.stage}/bytes_removed"] += removal.bytes
+            yield beam.pvalue.TaggedOutput("removed", (key, removal))
         if stats:
             yield beam.pvalue.TaggedOutput("stats", count_stats(stats))
 
-    def _language(self, identified: tuple[str, float], text: str, stats: Counter) -> Removal | None:
-        """A Removal if the document's language (`identified`: code, score) is not wanted, or too
-        little of it is; counts the documents per detected language, kept and removed."""
-        code, score = identified
-        if code not in self._cfg.languages:
-            stats[f"curation/language/removed/{code}"] += 1
-            return Removal("language", "language", code, len(text.encode("utf-8")))
-        if score < self._cfg.min_language_score:
-            stats[f"curation/language/removed/{code}"] += 1
-            return Removal("language", "language_score", round(score, 2), len(text.encode("utf-8")))
-        stats[f"curation/language/kept/{code}"] += 1
-        return None
+    def _submit(self, texts: list[str]) -> list:
+        """Futures of `Rules.decide_all` over `texts` in consecutive parts of about equal
+        characters, one per worker."""
+        n, total = self._cfg.filter_processes, sum(map(len, texts))
+        parts, part, size = [], [], 0
+        for text in texts:
+            part.append(text)
+            size += len(text)
+            if size * n >= total * (len(parts) + 1):
+                parts.append(part)
+                part = []
+        parts.append(part)
+        return [self._pool.submit(self._rules.decide_all, part) for part in parts if part]
+
+    def _decisions(self, texts: list[str]):
+        """`Rules.decide` for each text, in order, in this process."""
+        if self._identifier is None:
+            return (self._rules.decide(text) for text in texts)
+        # map submits the whole batch at once and answers in order: CLD2 runs ahead of the rules
+        identified = self._identifier.map(language.identify, texts)
+        return (self._rules.decide(text, answer) for text, answer in zip(texts, identified, strict=True))
+
+
+def _global(value) -> WindowedValue:
+    return WindowedValue(value, MIN_TIMESTAMP, (GlobalWindow(),))

@@ -150,6 +150,18 @@ def test_language_and_quality_rules_remove_what_was_planted_and_count_it(botchan
     curly = bad["c4_curly_brace"]
     assert row["stage"] == "quality" and row["value"] == 1 and row["bytes"] == len(curly.encode())
     assert curly.startswith(row["text"]) and len(row["text"]) == 2000  # cut: bounded however long
+    # The rules on 3 spawned processes (a batch in uneven thirds): every decision, count and byte
+    # the same as in the build's own process.
+    build(tmp_path / "pooled", "--input", str(tmp_path / "in.txt"), *args, "--filter_processes", "3")
+    assert without_build_flags(tmp_path / "pooled") == without_build_flags(tmp_path / "out")
+
+
+def without_build_flags(folder: Path) -> dict:
+    """Every file's bytes, the manifest parsed and without the flags it was built with."""
+    found = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    manifest = json.loads(found.pop("manifest.json"))
+    manifest.pop("build")
+    return {**found, "manifest": manifest}
 
 
 @pytest.mark.slow
@@ -202,6 +214,7 @@ def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
         (("--near_dedup_threshold", "0.8", "--seed", "-5"), "--seed: expected 0 <= seed < 2**63, found -5"),
         (("--languages", "English"), "--languages: expected ISO 639-1 codes like en,zh, found English"),
         (("--min_language_score", "0.5"), "--min_language_score needs --languages"),
+        (("--filter_processes", "-2"), "--filter_processes: expected >= 0, found -2"),
     ],
 )
 def test_curation_mistakes_are_one_line_errors(flags, message):
