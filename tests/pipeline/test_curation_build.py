@@ -86,17 +86,18 @@ def test_curated_bytes_are_the_same_for_2_workers_and_another_file_order(curated
     build(tmp_path / "two", "--input", planted_input, *ARGS, "--direct_num_workers", "2",
           "--direct_running_mode", "multi_processing")  # fmt: skip
     build(tmp_path / "reordered", "--input", reordered, *ARGS)
-
-    def contents(folder: Path) -> dict:
-        found = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-        manifest = json.loads(found.pop("manifest.json"))
-        manifest["build"].pop("input_patterns")
-        return {**found, "manifest": manifest}
-
-    reference = contents(curated)
+    reference = contents(curated, "input_patterns")
     assert "curation/near_duplicate.jsonl.gz" in reference
     for other in ("two", "reordered"):
-        assert contents(tmp_path / other) == reference, other
+        assert contents(tmp_path / other, "input_patterns") == reference, other
+
+
+def contents(folder: Path, unlike: str) -> dict:
+    """Every file's bytes, the manifest parsed and without the one build flag that differs."""
+    found = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    manifest = json.loads(found.pop("manifest.json"))
+    manifest["build"].pop(unlike)
+    return {**found, "manifest": manifest}
 
 
 def stage_names(*args: str) -> set[str]:
@@ -153,15 +154,7 @@ def test_language_and_quality_rules_remove_what_was_planted_and_count_it(botchan
     # The rules on 3 spawned processes (a batch in uneven thirds): every decision, count and byte
     # the same as in the build's own process.
     build(tmp_path / "pooled", "--input", str(tmp_path / "in.txt"), *args, "--filter_processes", "3")
-    assert without_build_flags(tmp_path / "pooled") == without_build_flags(tmp_path / "out")
-
-
-def without_build_flags(folder: Path) -> dict:
-    """Every file's bytes, the manifest parsed and without the flags it was built with."""
-    found = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    manifest = json.loads(found.pop("manifest.json"))
-    manifest.pop("build")
-    return {**found, "manifest": manifest}
+    assert contents(tmp_path / "pooled", "filter_processes") == contents(tmp_path / "out", "filter_processes")
 
 
 @pytest.mark.slow
