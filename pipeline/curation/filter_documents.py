@@ -11,12 +11,14 @@ hold the GIL (small numpy calls and Python; two threads over them were slower th
 - with `--filter_processes N`, each batch cut into N parts of about equal characters for N
   spawned processes that decide both, while the build's process reads and signs the next
   batches; a batch's outputs leave in order once its answers are in. The rules then use every
-  core (docs/benchmarks/curation.md weighs the two ways).
+  core (docs/benchmarks/curation.md weighs the two ways). A daemonic worker (Dask's, under its
+  nanny) may not start processes: it decides in itself, as by default.
 Each document's decision is its own, whatever its batch or process (`rules.py`)."""
 
 from __future__ import annotations
 
 import collections
+import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -33,6 +35,8 @@ from pipeline.curation.rules import Rules
 from pipeline.stages import progress as _progress
 from pipeline.stages.stats import count_stats
 
+log = logging.getLogger("bertbeam.corpus")
+
 
 class FilterDocuments(beam.DoFn):
     """A batch of (key, text) -> main output: (key, text) of the documents every rule keeps;
@@ -46,9 +50,17 @@ class FilterDocuments(beam.DoFn):
         thresholds = quality.Thresholds.parse(cfg.quality_thresholds, files.read_file)
         self._rules = Rules(cfg.languages, cfg.min_language_score, cfg.quality_filters, thresholds)
         self._identifier, self._pool = None, None
-        if cfg.filter_processes:  # spawned: the build's process holds threads that fork would copy
+        self._processes = cfg.filter_processes
+        if self._processes and multiprocessing.current_process().daemon:  # a Dask worker, say
+            log.warning(
+                "--filter_processes %d: this worker is a daemonic process, which may not start "
+                "processes; the rules run in it",
+                self._processes,
+            )
+            self._processes = 0
+        if self._processes:  # spawned: the build's process holds threads that fork would copy
             spawn = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(cfg.filter_processes, mp_context=spawn)
+            self._pool = ProcessPoolExecutor(self._processes, mp_context=spawn)
         elif cfg.languages:
             self._identifier = ThreadPoolExecutor(1, thread_name_prefix="cld2")
 
@@ -69,7 +81,7 @@ class FilterDocuments(beam.DoFn):
         # outputs leave when its answers are in, at the latest once a batch per worker waits.
         self._waiting.append((batch, self._submit([text for _, text in batch])))
         while self._waiting and (
-            len(self._waiting) > self._cfg.filter_processes or all(f.done() for f in self._waiting[0][1])
+            len(self._waiting) > self._processes or all(f.done() for f in self._waiting[0][1])
         ):
             yield from self._answered()
 
@@ -106,7 +118,7 @@ class FilterDocuments(beam.DoFn):
     def _submit(self, texts: list[str]) -> list:
         """Futures of `Rules.decide_all` over `texts` in consecutive parts of about equal
         characters, one per worker."""
-        n, total = self._cfg.filter_processes, sum(map(len, texts))
+        n, total = self._processes, sum(map(len, texts))
         parts, part, size = [], [], 0
         for text in texts:
             part.append(text)

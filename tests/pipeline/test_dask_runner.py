@@ -85,7 +85,8 @@ def test_curation_decides_the_same_on_every_runner(cluster, python_docs, tmp_pat
     """Language, C4 and near-duplicates (signatures, buckets, clusters) on the Dask cluster, the
     in-memory DirectRunner and its 2 worker processes: the same corpus and the same samples of
     what was removed, to the byte. The three longest pages are planted again with 1 % of their words
-    changed."""
+    changed. With --filter_processes 2: the DirectRunner's processes start their own, and a Dask
+    worker (a daemonic process, which may not) decides in itself."""
     source = tmp_path / "in"
     source.mkdir()
     pages = sorted((python_docs / "library").glob("a*.rst.txt"))
@@ -100,7 +101,8 @@ def test_curation_decides_the_same_on_every_runner(cluster, python_docs, tmp_pat
             (source / f"near_{path.name}").write_text(" ".join(words), encoding="utf-8")
     args = ("--input", str(source / "*.txt"), "--doc_per_file", "--vocab_size", "700", "--seq_len", "41",
             "--max_predictions", "6", "--dupe_factor", "2", "--num_shards", "2", "--languages", "en",
-            "--quality_filters", "c4", "--near_dedup_threshold", "0.8")  # fmt: skip
+            "--quality_filters", "c4", "--near_dedup_threshold", "0.8",
+            "--filter_processes", "2")  # fmt: skip
     manifest = build(tmp_path / "dask", *args, *on_dask(cluster))
     build(tmp_path / "direct", *args)
     two_workers = ("--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
