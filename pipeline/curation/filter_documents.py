@@ -23,9 +23,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline import files
 from pipeline.config import CorpusConfig
@@ -74,12 +72,13 @@ class FilterDocuments(beam.DoFn):
 
     def process(self, batch):
         _progress.stage("filters", unit="documents").add(len(batch))
+        texts = [text for _, text in batch]
         if self._pool is None:
-            yield from self._outputs(batch, self._decisions([text for _, text in batch]))
+            yield from self._outputs(batch, self._decisions(texts))
             return
         # Batches wait in the workers while this process reads and signs the next ones; a batch's
         # outputs leave when its answers are in, at the latest once a batch per worker waits.
-        self._waiting.append((batch, self._submit([text for _, text in batch])))
+        self._waiting.append((batch, self._submit(texts)))
         while self._waiting and (
             len(self._waiting) > self._processes or all(f.done() for f in self._waiting[0][1])
         ):
@@ -89,9 +88,9 @@ class FilterDocuments(beam.DoFn):
         while self._waiting:  # a batch pipeline's one window: what finish_bundle emits must name it
             for output in self._answered():
                 if isinstance(output, beam.pvalue.TaggedOutput):
-                    yield beam.pvalue.TaggedOutput(output.tag, _global(output.value))
+                    yield beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
                 else:
-                    yield _global(output)
+                    yield GlobalWindows.windowed_value(output)
 
     def _answered(self):
         batch, parts = self._waiting.popleft()
@@ -136,7 +135,3 @@ class FilterDocuments(beam.DoFn):
         # map submits the whole batch at once and answers in order: CLD2 runs ahead of the rules
         identified = self._identifier.map(language.identify, texts)
         return (self._rules.decide(text, answer) for text, answer in zip(texts, identified, strict=True))
-
-
-def _global(value) -> WindowedValue:
-    return WindowedValue(value, MIN_TIMESTAMP, (GlobalWindow(),))
