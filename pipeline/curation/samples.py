@@ -27,12 +27,9 @@ def write_removed_samples(cfg: CorpusConfig, removed, docs, reread, folder: str)
     `reread`, the build's (key, pointer) -> (key, text)), into `folder`; returns a stats
     PCollection (the files written), which the manifest waits for."""
     sample = removed | "SampleRemoved" >> SampleRemoved(cfg.curation_samples, cfg.seed)
-    sampled_docs = (
-        {"sample": sample, "doc": docs}
-        | "JoinSampleDocs" >> beam.CoGroupByKey()
-        | "SampledDocs"
-        >> beam.FlatMap(lambda kg: [(kg[0], d) for d in kg[1]["doc"]] if kg[1]["sample"] else [])
-    )
+    # The sample is small (curation_samples per reason): a side input that picks its documents'
+    # pointers, not a join that shuffles every document's pointer beside it.
+    sampled_docs = docs | "SampledDocs" >> beam.ParDo(_PickSampled(), beam.pvalue.AsList(sample))
     texts = reread(sampled_docs, "ForSamples") | "CollectSampleTexts" >> beam.combiners.ToList()
     return (
         texts
@@ -58,6 +55,19 @@ class SampleRemoved(beam.PTransform):
             | "SmallestPerReason" >> beam.combiners.Top.SmallestPerKey(self._n)
             | "Sampled" >> beam.FlatMap(_sampled)
         )
+
+
+class _PickSampled(beam.DoFn):
+    """(key, pointer or text) -> itself when the sample holds its key."""
+
+    def __init__(self):
+        self._sample, self._keys = None, frozenset()
+
+    def process(self, doc, sample):
+        if sample is not self._sample:  # the side input: one set per bundle, not one per document
+            self._sample, self._keys = sample, frozenset(key for key, _ in sample)
+        if doc[0] in self._keys:
+            yield doc
 
 
 def _sampled(reason_top):
