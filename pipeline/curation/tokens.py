@@ -50,7 +50,10 @@ class _Tables:
         self.known = np.zeros(_POINTS, dtype=bool)
 
     def learn(self, points: np.ndarray) -> None:
-        new = np.unique(points[~self.known[points]])
+        unknown = ~self.known[points]
+        if not unknown.any():  # after the first documents, nearly always
+            return
+        new = np.unique(points[unknown])
         for point in new.tolist():
             char = chr(point)
             self.kind[point], self.alpha[point] = _class_of(char), char.isalpha()
@@ -86,6 +89,20 @@ def spans(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
     n = points.size
     if n == 0:
         return points, kind, letter, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if (kind == CJK_OTHER).any():
+        continues = _continues_with_cjk(kind, n)
+    else:  # most text: a word or punctuation character continues a run of its own class
+        continues = np.zeros(n, dtype=bool)
+        np.equal(kind[1:], kind[:-1], out=continues[1:])
+        continues &= (kind == WORD) | (kind == PUNCT)
+    starts = np.flatnonzero((kind != SPACE) & ~continues)
+    # A token ends where the next one starts or at a space, whichever comes first.
+    ends_at = np.flatnonzero(~np.concatenate((continues[1:], [False])) & (kind != SPACE)) + 1
+    return points, kind, letter, starts, ends_at
+
+
+def _continues_with_cjk(kind: np.ndarray, n: int) -> np.ndarray:
+    """Which characters continue the token before them, where CJK_OTHER characters occur."""
     index = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)  # half the bytes per character
     punct = kind == PUNCT
     # A punctuation run (PUNCT or CJK_OTHER, unbroken) takes every character after its first PUNCT.
@@ -95,12 +112,7 @@ def spans(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
     previous_punct = np.concatenate(([-1], last_punct[:-1]))
     inside_punct = loose & (previous_punct >= run_start) & (index > run_start)
     word = kind == WORD
-    inside_word = word & np.concatenate(([False], word[:-1]))
-    starts = np.flatnonzero((kind != SPACE) & ~inside_punct & ~inside_word)
-    # A token ends where the next one starts or at a space, whichever comes first.
-    continues = inside_punct | inside_word
-    ends_at = np.flatnonzero(~np.concatenate((continues[1:], [False])) & (kind != SPACE)) + 1
-    return points, kind, letter, starts, ends_at
+    return inside_punct | (word & np.concatenate(([False], word[:-1])))
 
 
 def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
@@ -109,12 +121,18 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
     lengths = ends - starts
     hashes = minhash.run_hashes(points, starts, ends)
     lowered = minhash.run_hashes(_TABLES.lower[points], starts, ends)
-    stop = np.isin(lowered, _stop_hashes(stop_words))
+    stop_hashes = _stop_hashes(stop_words)  # sorted
+    at = np.minimum(np.searchsorted(stop_hashes, lowered), stop_hashes.size - 1)
+    stop = stop_hashes[at] == lowered if stop_hashes.size else np.zeros(lowered.size, dtype=bool)
     letters = np.concatenate(([0], np.cumsum(letter)))
     alpha = letters[ends] > letters[starts]
-    underscore = np.concatenate(([0], np.cumsum(points == ord("_"))))
     first = kind[starts]
-    real = (first == CJK_WORD) | ((first == WORD) & (underscore[ends] - underscore[starts] < lengths))
+    real = (first == CJK_WORD) | (first == WORD)
+    underscored = np.flatnonzero(real & (points[starts] == ord("_")))  # words of underscores only start so
+    if underscored.size:
+        underscore = np.concatenate(([0], np.cumsum(points == ord("_"))))
+        only = underscore[ends[underscored]] - underscore[starts[underscored]] == lengths[underscored]
+        real[underscored[only]] = False
     return Tokens(hashes, lengths, real, alpha & real, stop & real)
 
 
@@ -124,4 +142,4 @@ def _stop_hashes(stop_words: frozenset[str]) -> np.ndarray:
     points = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
     lengths = np.array([len(w) for w in words])
     ends = np.cumsum(lengths)
-    return minhash.run_hashes(points, ends - lengths, ends)
+    return np.sort(minhash.run_hashes(points, ends - lengths, ends))
