@@ -164,10 +164,10 @@ class CorpusConfig:
         0.0, "--languages: also remove documents with less than this share of their text in their language"
     )
     filter_processes: int = field(
-        0,
+        -1,
         "run the language and quality rules on this many spawned processes (0: in the build's "
-        "own process, CLD2 on a thread); on one machine with the in-memory runner, 2 puts the rules "
-        "on both cores of a 2-core machine",
+        "own process, CLD2 on a thread; -1: the machine's cores, up to 4, where the build's steps run "
+        "in its own process, the in-memory runner, and 0 on a runner's workers)",
     )
     curation_samples: int = field(
         20, "removed documents kept per reason in OUTPUT/curation/ (a seeded sample) for review"
@@ -303,7 +303,10 @@ class CorpusConfig:
         )
         need(self.min_language_score == 0.0 or bool(self.languages), "--min_language_score needs --languages")
         need(self.curation_samples >= 0, f"--curation_samples: expected >= 0, found {self.curation_samples}")
-        need(self.filter_processes >= 0, f"--filter_processes: expected >= 0, found {self.filter_processes}")
+        need(
+            self.filter_processes >= -1,
+            f"--filter_processes: expected >= 0, or -1 (automatic), found {self.filter_processes}",
+        )
 
     @property
     def curating(self) -> bool:

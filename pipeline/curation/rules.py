@@ -39,3 +39,7 @@ class Rules:
 
     def decide_all(self, texts: list[str]) -> list:
         return [self.decide(text) for text in texts]
+
+
+def rules_ready() -> None:
+    """Nothing: the first task of each process `filter_documents.start_processes` starts."""

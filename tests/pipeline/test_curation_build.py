@@ -7,8 +7,11 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import apache_beam as beam
@@ -16,6 +19,7 @@ import pytest
 
 from pipeline import build_corpus
 from pipeline.config import CorpusConfig
+from pipeline.curation import filter_documents as fd
 from pipeline.curation import minhash, quality
 from pipeline.curation import report as curation_report
 from tests.conftest import build
@@ -151,10 +155,51 @@ def test_language_and_quality_rules_remove_what_was_planted_and_count_it(botchan
     curly = bad["c4_curly_brace"]
     assert row["stage"] == "quality" and row["value"] == 1 and row["bytes"] == len(curly.encode())
     assert curly.startswith(row["text"]) and len(row["text"]) == 2000  # cut: bounded however long
-    # The rules on 3 spawned processes (a batch in uneven thirds): every decision, count and byte
-    # the same as in the build's own process.
-    build(tmp_path / "pooled", "--input", str(tmp_path / "in.txt"), *args, "--filter_processes", "3")
-    assert contents(tmp_path / "pooled", "filter_processes") == contents(tmp_path / "out", "filter_processes")
+    # The rules on 3 spawned processes (a batch in uneven thirds) and in the build's own process:
+    # every decision, count and byte the same as by default (processes_for's choice).
+    for name, processes in (("pooled", "3"), ("in_process", "0")):
+        build(tmp_path / name, "--input", str(tmp_path / "in.txt"), *args, "--filter_processes", processes)
+        assert contents(tmp_path / name, "filter_processes") == contents(tmp_path / "out", "filter_processes")
+
+
+def test_filter_processes_by_default_where_the_build_runs_in_its_own_process(monkeypatch):
+    """-1 (the default): the cores, up to AUTO_PROCESSES, in the build's own process (the in-memory
+    runner); 0 on a runner's worker (another process) and on one core. A number is taken as given."""
+    here, elsewhere = os.getpid(), os.getpid() + 1
+    for cores, launcher, expected in [
+        (2, here, 2),
+        (8, here, fd.AUTO_PROCESSES),
+        (2, elsewhere, 0),
+        (1, here, 0),
+    ]:
+        monkeypatch.setattr(os, "cpu_count", lambda n=cores: n)
+        assert fd.processes_for(-1, launcher) == expected, (cores, launcher == here)
+        assert fd.processes_for(3, launcher) == 3 and fd.processes_for(0, launcher) == 0
+
+
+def test_the_rules_processes_do_not_run_the_script_again(tmp_path):
+    """multiprocessing has a spawned process import the script that started it; a script without
+    `if __name__ == "__main__":` would then run again in each (here: print again, and start
+    processes of its own, which multiprocessing refuses). start_processes hides it from them."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import os\n"
+        "print('top level', os.getpid(), flush=True)\n"
+        "from pipeline.curation import filter_documents, quality\n"
+        "from pipeline.curation.rules import Rules\n"
+        "pool = filter_documents.start_processes(2)\n"
+        "rules = Rules((), 0.0, ('c4',), quality.Thresholds())\n"
+        "parts = [pool.submit(rules.decide_all, ['Too short.'] * 3) for _ in range(4)]\n"
+        "print('decided', [part.result()[0][0][1] for part in parts], flush=True)\n"
+        "pool.shutdown()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert sum(line.startswith("top level") for line in lines) == 1, lines
+    assert f"decided {['c4_too_few_sentences'] * 4}" in lines, lines  # the work was done, in them
 
 
 @pytest.mark.slow
@@ -207,7 +252,7 @@ def test_the_report_on_a_folder_without_a_corpus_is_one_line(tmp_path, capsys):
         (("--near_dedup_threshold", "0.8", "--seed", "-5"), "--seed: expected 0 <= seed < 2**63, found -5"),
         (("--languages", "English"), "--languages: expected ISO 639-1 codes like en,zh, found English"),
         (("--min_language_score", "0.5"), "--min_language_score needs --languages"),
-        (("--filter_processes", "-2"), "--filter_processes: expected >= 0, found -2"),
+        (("--filter_processes", "-2"), "--filter_processes: expected >= 0, or -1 (automatic), found -2"),
     ],
 )
 def test_curation_mistakes_are_one_line_errors(flags, message):
