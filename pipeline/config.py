@@ -166,8 +166,8 @@ class CorpusConfig:
     filter_processes: int = field(
         -1,
         "run the language and quality rules on this many spawned processes (0: in the build's "
-        "own process, CLD2 on a thread; -1: the machine's cores, up to 4, where the build's steps run "
-        "in its own process, the in-memory runner, and 0 on a runner's workers)",
+        "own process, CLD2 on a thread; -1: one per core, up to 4, where the build's own process runs "
+        "its steps, as the DirectRunner does in memory, and 0 on a runner's workers)",
     )
     curation_samples: int = field(
         20, "removed documents kept per reason in OUTPUT/curation/ (a seeded sample) for review"

@@ -61,7 +61,8 @@ def test_a_batchs_languages_reach_their_own_documents(botchan, zh_reviews):
     docs = [d for group in zip(english, chinese + mixed[:1], strict=False) for d in group] + mixed + short
     docs = docs[5:] + docs[:5]
     cfg = CorpusConfig(input_patterns=("x",), output_dir="o", vocab_size=99, languages=("en",),
-                       min_language_score=0.9, quality_filters=("gopher", "c4"))  # fmt: skip
+                       min_language_score=0.9, quality_filters=("gopher", "c4"),
+                       filter_processes=0)  # in process: the thread this case is about  # fmt: skip
     thresholds = quality.Thresholds()
 
     def alone(text: str):
