@@ -25,6 +25,11 @@ else
 BEAM_ARGS = --runner $(RUNNER)
 endif
 
+# BACKEND=jax trains, evaluates and exports on Keras's JAX backend (`pip install -e '.[jax]'`, which
+# make setup does); tensorflow, the default, otherwise. Every target below runs under it.
+BACKEND ?= $(or $(KERAS_BACKEND),tensorflow)
+export KERAS_BACKEND := $(BACKEND)
+
 # make pretrain-*: DATA is a built corpus (local, or gs:// for TPUs), MODEL_DIR the run's folder.
 # Re-running the same command resumes. TRAIN_ARGS adds any `python -m launch.pretrain --help` flag.
 DATA ?= out/corpus
@@ -41,7 +46,8 @@ PRETRAIN = $(BIN)/python -m launch.pretrain --data '$(DATA)' --model_dir $(MODEL
 	--global_batch_size $(GLOBAL_BATCH) --train_steps $(TRAIN_STEPS) --warmup_steps $$(($(TRAIN_STEPS) / 100)) \
 	$(if $(PHASES),--phases $(PHASES)) $(if $(PHASE_BATCHES),--phase_batch_sizes $(PHASE_BATCHES))
 
-# make demo: the Python docs -> DirectRunner -> out/demo/corpus -> tiny BERT on CPU -> out/demo/run.
+# make demo: the Python docs -> DirectRunner -> out/demo/corpus -> tiny BERT on CPU -> out/demo/run
+# (out/demo/run-jax with BACKEND=jax: the same corpus, trained on JAX).
 DEMO := out/demo
 DEMO_CORPUS := --doc_per_file --vocab_size 8000 --seq_len 128 --max_predictions 20 --dupe_factor 2
 DEMO_TRAIN := --preset tiny --strategy cpu --global_batch_size 32 --train_steps 1500 --warmup_steps 150 \
@@ -117,7 +123,7 @@ demo: $(STAMP)
 	$(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs
 	test -f $(DEMO)/corpus/manifest.json || \
 		$(BIN)/python -m pipeline.build_corpus --input '$(DOCS)' --output $(DEMO)/corpus $(DEMO_CORPUS)
-	$(BIN)/python -m launch.pretrain --data $(DEMO)/corpus --model_dir $(DEMO)/run $(DEMO_TRAIN)
+	$(BIN)/python -m launch.pretrain --data $(DEMO)/corpus --model_dir $(DEMO)/run$(if $(filter jax,$(BACKEND)),-jax) $(DEMO_TRAIN)
 
 # Chinese reviews -> jieba whole words -> tiny BERT -> out/demo-zh/run, exported for Hugging Face.
 demo-zh: $(STAMP)
@@ -141,7 +147,7 @@ pretrain-gpu: $(STAMP)
 # On a TPU VM (TPU=local) or with a TPU node's name; DATA and MODEL_DIR must be gs:// paths.
 TPU ?= local
 pretrain-tpu: $(STAMP)
-	$(PRETRAIN) --strategy tpu --tpu $(TPU) --mixed_precision bf16 --steps_per_execution 100 \
+	$(PRETRAIN) --strategy tpu $(if $(filter jax,$(BACKEND)),,--tpu $(TPU)) --mixed_precision bf16 --steps_per_execution 100 \
 		--log_every 1000 --checkpoint_every 5000 --eval_every 5000 $(TRAIN_ARGS)
 
 # TensorBoard on MODEL_DIR's logs, port 6006.

@@ -229,17 +229,16 @@ def forgetting(folder: Path, data: Path, out: Path) -> dict:
     """Masked-LM accuracy on general English: at the end of the head warm-up (the release's encoder
     with a trained head) where the run has one, and at the end. Not for an extended vocab: the
     general corpus is tokenized with the release's."""
-    import tensorflow as tf
-
     general = general_corpus(data, out)
     sha = [
         json.loads((f / "manifest.json").read_text())["vocab"]["sha256"] for f in (general, folder / "corpus")
     ]
     if sha[0] != sha[1]:
         return {"skipped": "the run's vocab is not the release's (extended)"}
-    checkpoints = tf.train.get_checkpoint_state(
-        str(folder / "run" / "checkpoints")
-    ).all_model_checkpoint_paths
+    saved = folder / "run" / "checkpoints"
+    checkpoints = [
+        str(saved / name) for name in json.loads((saved / "checkpoints.json").read_text())["checkpoints"]
+    ]
     config = json.loads((folder / "run" / "config.json").read_text())
     figures = {}
     for label, step in (("head_warmed", config["head_warmup_steps"]), ("end", config["train_steps"])):

@@ -177,7 +177,7 @@ def race(args, data: Path) -> dict:
     import keras_hub
     import tensorflow as tf
 
-    from launch.checkpoints import _weight_values
+    from launch.checkpoints import write_weights
     from launch.finetune import Pretrained, finetune
     from launch.inputs import validation_dataset
     from launch.optimizer import build_optimizer
@@ -292,7 +292,7 @@ def race(args, data: Path) -> dict:
             model.set_weights(ours.get_weights())
         else:
             hub_to_ours(hub, model)
-        prefix = tf.train.Checkpoint(model=_weight_values(model)).write(str(out / name / "weights"))
+        prefix = write_weights(model, str(out / name / "weights"))
         source = Pretrained(config, vocab_file, prefix)
         accuracies = []
         for seed in args.seeds:

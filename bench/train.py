@@ -10,6 +10,13 @@ process: a large XLA float32 matmul. keras-hub's `BertMaskedLM` with the same si
 loss weighting and XLA then trains on the very same batches (real corpus batches, cached in
 memory so neither side waits on input), alternating with ours, best of three runs each; the ratio
 is ours / keras-hub's. Target: >= 1.3x.
+
+    .venv/bin/python bench/train.py --backends tensorflow,jax [--presets tiny,mini]
+
+Keras's backends against each other instead: the same model, optimizer and batches (read once by
+the numpy reader) trained under TensorFlow and under JAX, each round a fresh process per backend
+(a process holds one backend) in turns, median of `--rounds`; the ratio is JAX's steps/s over
+TensorFlow's. On 2 CPU cores this is no promise about an accelerator (docs/benchmarks/backends.md).
 """
 
 from __future__ import annotations
@@ -102,6 +109,61 @@ def steps_per_s(model, ds, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def backend_steps_per_s(corpus: str, preset: str, batch_size: int, steps: int) -> float:
+    """This process's backend: bertbeam's pretraining model trained on `steps` real batches."""
+    import itertools
+
+    import numpy as np
+
+    from model.config import BertConfig
+    from pipeline.reader.batches import make_batches
+    from pipeline.reader.config import InputConfig
+    from pipeline.schema import read_manifest
+
+    manifest = read_manifest(corpus)
+    read = list(itertools.islice(make_batches(manifest, "train", InputConfig(batch_size, seed=0)), 8))
+    x, y, w = ({k: np.concatenate([b[i][k] for b in read]) for k in read[0][i]} for i in range(3))
+    config = BertConfig.preset(preset, manifest.vocab.size)
+    model = ours(config, manifest.seq_len, manifest.max_predictions)
+    fit = dict(batch_size=batch_size, verbose=0, shuffle=False)  # 8 batches, in turn
+    model.fit(x, y, sample_weight=w, epochs=1, **fit)  # compiles and warms up
+    start, done = time.perf_counter(), 0
+    while done < steps:
+        model.fit(x, y, sample_weight=w, epochs=1, **fit)
+        done += len(read)
+    return done / (time.perf_counter() - start)
+
+
+def compare_backends(args) -> int:
+    """Each round, each backend in a process of its own, in turns; the median per backend."""
+    import json
+    import statistics
+    import subprocess
+
+    print(f"corpus {args.corpus}; batch {args.batch_size}; {os.cpu_count()} cores; backends {args.backends}")
+    print(
+        f"{'preset':<7} " + " ".join(f"{b + ' steps/s':>20}" for b in args.backends.split(",")) + "   jax/tf"
+    )
+    for preset in args.presets.split(","):
+        rates = {b: [] for b in args.backends.split(",")}
+        for _ in range(args.rounds):
+            for backend in rates:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--worker", "--corpus", args.corpus, "--presets", preset,
+                     "--batch_size", str(args.batch_size), "--steps", str(args.steps)],
+                    env={**os.environ, "KERAS_BACKEND": backend}, capture_output=True, text=True,
+                )  # fmt: skip
+                if done.returncode:
+                    raise SystemExit(f"{backend} {preset}: {done.stderr.strip().splitlines()[-1]}")
+                rates[backend].append(json.loads(done.stdout.strip().splitlines()[-1])["steps_per_s"])
+        medians = {b: statistics.median(r) for b, r in rates.items()}
+        ratio = medians.get("jax", 0) / medians["tensorflow"] if "tensorflow" in medians else float("nan")
+        rounds = "; ".join(f"{b} " + " ".join(f"{r:.2f}" for r in rs) for b, rs in rates.items())
+        print(f"{preset:<7} " + " ".join(f"{m:20.2f}" for m in medians.values()) + f"   {ratio:.2f}x  "
+              f"(rounds: {rounds})", flush=True)  # fmt: skip
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", default=str(REPO / "out/demo/corpus"), help="a corpus at seq_len 128")
@@ -109,7 +171,18 @@ def main() -> int:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=20.0, help="rough time per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating measurements per model")
+    parser.add_argument("--backends", help="tensorflow,jax: Keras's backends against each other")
+    parser.add_argument("--steps", type=int, default=48, help="with --backends: timed steps per round")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        import json
+
+        rate = backend_steps_per_s(args.corpus, args.presets, args.batch_size, args.steps)
+        print(json.dumps({"steps_per_s": rate}))
+        return 0
+    if args.backends:
+        return compare_backends(args)
 
     import tensorflow as tf
 

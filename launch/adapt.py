@@ -95,7 +95,9 @@ def train_args(args, init_checkpoint: str, extra: list[str] = ()) -> list[str]:
 
 
 def adapt(argv: list[str] | None) -> None:
-    from launch import export, pretrain
+    from launch import backend, export, pretrain
+
+    backend.check()
     from pipeline import build_corpus, files
 
     args = parser().parse_args(argv)

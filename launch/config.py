@@ -18,7 +18,7 @@ from launch.optimizer import OPTIMIZERS
 from launch.strategy import KINDS
 from model.config import PRESETS
 from model.pretraining import OBJECTIVES, Objective
-from pipeline.config import MAX_MASKED_LM_PROB
+from pipeline.masking import MAX_MASKED_LM_PROB  # the builder's config brings curation's packages
 
 MIXED_PRECISION = ("none", "bf16", "fp16")
 __all__ = ["ConfigError", "TrainConfig", "parser"]

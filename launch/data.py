@@ -22,9 +22,8 @@ import json
 import math
 import re
 
-import tensorflow as tf
-
 from common.errors import BertbeamError
+from pipeline import files
 from pipeline.schema import Manifest, ManifestError, corpus_lengths, read_manifest
 from pipeline.vocab import VocabFile
 
@@ -44,7 +43,7 @@ class Source:
 def parse_sources(data: str) -> list[Source]:
     """--data as sources: one folder, `NAME=PATH[:WEIGHT],...` or a mixture .json file."""
     data = data.strip()
-    if data.endswith(".json") and tf.io.gfile.exists(data) and not tf.io.gfile.isdir(data):
+    if data.endswith(".json") and files.exists(data) and not files.is_dir(data):
         return _from_json(data)
     if "=" not in data:
         return [Source(data.rstrip("/").rsplit("/", 1)[-1] or "data", data.rstrip("/"), named=False)]
@@ -63,11 +62,10 @@ def parse_sources(data: str) -> list[Source]:
 
 
 def _from_json(path: str) -> list[Source]:
-    with tf.io.gfile.GFile(path) as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"--data {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    try:
+        raw = json.loads(files.read_text(path))
+    except json.JSONDecodeError as e:
+        raise DataError(f"--data {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(raw, dict) or not raw:
         raise DataError(f"--data {path}: expected an object {{NAME: PATH or {{path, weight}}, ...}}")
     sources = []
@@ -169,7 +167,7 @@ def _read(source: Source, seq_len: int | None) -> Manifest:
     named = source.named
     where = f"--data {source.name}={source.path}" if named else f"--data {source.path}"
     folder = source.path
-    if seq_len is not None and not tf.io.gfile.exists(f"{folder}/manifest.json"):
+    if seq_len is not None and not files.exists(f"{folder}/manifest.json"):
         lengths = corpus_lengths(folder)
         if lengths and seq_len not in lengths:
             found = ", ".join(map(str, lengths))

@@ -21,6 +21,7 @@ import keras
 
 from common.cli import Parser, first_paragraph, run_cli
 from common.errors import BertbeamError
+from launch import backend
 from launch.checkpoints import read_weights
 from launch.inputs import validation_dataset
 from launch.logs import figures
@@ -93,6 +94,7 @@ def parser() -> Parser:
 
 
 def _evaluate(argv: list[str] | None) -> None:
+    backend.check()
     args = parser().parse_args(argv)
     results = evaluate_corpus(
         args.model_dir, args.data, name=args.name, checkpoint=args.checkpoint, batch_size=args.batch_size,

@@ -32,10 +32,10 @@ from __future__ import annotations
 import sys
 
 import keras
-import tensorflow as tf
 
 from common.cli import Parser, first_paragraph, run_cli
 from common.errors import BertbeamError
+from launch import backend
 from launch.checkpoints import CheckpointError, read_weights
 from launch.config import TrainConfig
 from launch.interop.formats import exporter
@@ -44,6 +44,7 @@ from launch.run_dir import RunDir
 from launch.serving import save_encoder, save_keras
 from model.config import BertConfig
 from model.encoder import encoder_from
+from pipeline import files
 from pipeline.files import write_atomically
 from pipeline.schema import Manifest
 from pipeline.vocab import VocabFile
@@ -62,9 +63,13 @@ def export(model: keras.Model, *, bert: BertConfig, manifest: Manifest, config: 
     """model_dir/export/ (or `folder`): the Keras file, the encoder SavedModel, the corpus's vocab
     and both configs."""
     folder = folder or RunDir(config.model_dir).export
-    tf.io.gfile.makedirs(folder)
+    files.make_dirs(folder)
     plain = save_keras(model, f"{folder}/{PRETRAINING}")
-    save_encoder(encoder_from(plain), f"{folder}/{ENCODER}")
+    if backend.import_tensorflow():
+        save_encoder(encoder_from(plain), f"{folder}/{ENCODER}")
+    else:  # a SavedModel is TensorFlow's format, written by TensorFlow even from JAX
+        print(f"note: no {folder}/{ENCODER}/ SavedModel: tensorflow is not installed here; "
+              f"python -m launch.export --format keras where it is writes one", flush=True)  # fmt: skip
     vocab = VocabFile.of_corpus(manifest)
     write_atomically(f"{folder}/{vocab.file_name}", vocab.data)
     write_atomically(f"{folder}/bert_config.json", bert.to_json())
@@ -123,6 +128,7 @@ def parser() -> Parser:
 
 
 def _export(argv: list[str] | None) -> None:
+    backend.check()
     args = parser().parse_args(argv)
     print(export_as(args.format, args.model_dir, args.output, args.checkpoint))
 

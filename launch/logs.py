@@ -1,5 +1,9 @@
 """Seeing what a run does: per log interval, TensorBoard scalars, a history.jsonl row, Keras's
 progress line and the checkpoint when one is due (`EpochLog`); at the end, loss.png.
+
+TensorBoard's event files are written here (`EventFile`), the same under either backend and
+without TensorFlow: TFRecord-framed `Event` protos, TensorBoard's own (`tensorboard.compat.proto`,
+which imports no TensorFlow), a scalar as its `simple_value`.
 """
 
 from __future__ import annotations
@@ -7,14 +11,46 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import socket
 import time
 
 import keras
-import tensorflow as tf
 
+from launch import backend
 from launch.checkpoints import Checkpoints
 from launch.config import TrainConfig
 from launch.run_dir import HISTORY, RunDir
+from pipeline import files
+from pipeline.parts import tfrecord_framed
+
+
+class EventFile:
+    """One TensorBoard event file in `folder`, rewritten whole at each flush: a GCS object cannot
+    be appended to, and a run's scalars are a few kilobytes per thousand steps. A process that
+    resumes a run starts a file of its own, as tf.summary does."""
+
+    def __init__(self, folder: str):
+        from tensorboard.compat.proto import event_pb2
+
+        self._event = event_pb2.Event
+        stamp = time.time()
+        self.path = f"{folder}/events.out.tfevents.{int(stamp)}.{socket.gethostname()}.{os.getpid()}.bertbeam"
+        self._records = [
+            tfrecord_framed(self._event(wall_time=stamp, file_version="brain.Event:2").SerializeToString())
+        ]
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        from tensorboard.compat.proto import summary_pb2
+
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()]
+        )
+        event = self._event(wall_time=time.time(), step=int(step), summary=summary)
+        self._records.append(tfrecord_framed(event.SerializeToString()))
+
+    def flush(self) -> None:
+        files.write_atomically(self.path, b"".join(self._records))
 
 
 class EpochLog(keras.callbacks.Callback):
@@ -38,15 +74,11 @@ class EpochLog(keras.callbacks.Callback):
         self.seq_len = seq_len
         self.flops_per_example = flops_per_example
         self.peak_flops = peak_tflops * 1e12 * devices if peak_tflops else None
+        logs = history.run_dir.logs
         self.writers = {
-            "train": tf.summary.create_file_writer(f"{history.run_dir.logs}/train"),
-            "validation": tf.summary.create_file_writer(f"{history.run_dir.logs}/validation"),
-            **{
-                f"validation-{name}": tf.summary.create_file_writer(
-                    f"{history.run_dir.logs}/validation-{name}"
-                )
-                for name in self.sources
-            },
+            "train": EventFile(f"{logs}/train"),
+            "validation": EventFile(f"{logs}/validation"),
+            **{f"validation-{name}": EventFile(f"{logs}/validation-{name}") for name in self.sources},
         }
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -57,14 +89,16 @@ class EpochLog(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}
-        step = int(self.model.optimizer.iterations.numpy())
+        # `self.model` (Keras's Callback property) brings a JAX run's variables up to date with its
+        # train step's state before anything reads them: the step, the checkpoint below.
+        step = int(backend.to_numpy(self.model.optimizer.iterations))
         examples_per_s = self.examples_per_epoch / max(1e-9, self.trained - self.started)
         row = {
             "step": step,
             "loss": mlm_loss(logs),
             "mlm_accuracy": pick(logs, "mlm_accuracy", "accuracy"),
             **_objective_figures(logs),
-            "learning_rate": float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)),
+            "learning_rate": float(backend.to_numpy(self.model.optimizer.learning_rate)),
             "examples_per_s": examples_per_s,
             "tokens_per_s": examples_per_s * self.seq_len,
             "seq_len": self.seq_len,
@@ -80,7 +114,7 @@ class EpochLog(keras.callbacks.Callback):
         self._write(step, row)
         self.history.append(row)
         if step % self.config.checkpoint_every == 0 or step == self.phase_end:
-            self.checkpoints.save(step)
+            self.checkpoints.save(step, batches=step * self.config.grad_accum_steps)
         # The progress bar's epoch line is drawn after this callback, from the same dict.
         logs.update({"step": step, "lr": row["learning_rate"], "examples/s": examples_per_s})
         if "mfu" in row:
@@ -97,22 +131,17 @@ class EpochLog(keras.callbacks.Callback):
         return results
 
     def _write(self, step: int, row: dict) -> None:
-        with self.writers["train"].as_default(step=step):
-            for name in ("loss", "mlm_accuracy", *OBJECTIVE_FIGURES, "learning_rate", "examples_per_s",
-                         "tokens_per_s", "mfu"):  # fmt: skip
-                if row.get(name) is not None:
-                    tf.summary.scalar(name, row[name])
+        names = ("loss", "mlm_accuracy", *OBJECTIVE_FIGURES, "learning_rate", "examples_per_s",
+                 "tokens_per_s", "mfu")  # fmt: skip
+        self.writers["train"].scalars(step, {n: row[n] for n in names if row.get(n) is not None})
         if "val_loss" in row:
-            with self.writers["validation"].as_default(step=step):
-                tf.summary.scalar("loss", row["val_loss"])
-                tf.summary.scalar("mlm_accuracy", row["val_mlm_accuracy"])
-                for name in OBJECTIVE_FIGURES:
-                    if row.get(f"val_{name}") is not None:
-                        tf.summary.scalar(name, row[f"val_{name}"])
+            validation = {"loss": row["val_loss"], "mlm_accuracy": row["val_mlm_accuracy"]}
+            validation.update(
+                {n: row[f"val_{n}"] for n in OBJECTIVE_FIGURES if row.get(f"val_{n}") is not None}
+            )
+            self.writers["validation"].scalars(step, validation)
         for name, values in row.get("val_sources", {}).items():
-            with self.writers[f"validation-{name}"].as_default(step=step):
-                tf.summary.scalar("loss", values["loss"])
-                tf.summary.scalar("mlm_accuracy", values["mlm_accuracy"])
+            self.writers[f"validation-{name}"].scalars(step, values)
         for writer in self.writers.values():
             writer.flush()
 
@@ -172,15 +201,18 @@ class History:
 
 def read_history(run_dir: RunDir) -> list[dict]:
     path = run_dir.file(HISTORY)
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return []
-    with tf.io.gfile.GFile(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [json.loads(line) for line in files.read_text(path).splitlines() if line.strip()]
 
 
 def plot_loss(rows: list[dict], path: str) -> None:
     """Training and validation masked-LM loss against step, from the history rows, as a PNG."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a machine with only what training needs (the GPU image bench/ is lent)
+        print(f"note: matplotlib is not installed, so {path} is not drawn; history.jsonl has the figures")
+        return
 
     matplotlib.use("Agg")  # no display on a server or TPU VM
     from matplotlib import pyplot as plt
@@ -200,5 +232,4 @@ def plot_loss(rows: list[dict], path: str) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     plt.close(figure)
-    with tf.io.gfile.GFile(path, "wb") as f:  # also gs://
-        f.write(buffer.getvalue())
+    files.write_atomically(path, buffer.getvalue())  # also gs://

@@ -40,6 +40,13 @@ def peak_tflops_for(device_kind: str) -> float | None:
 
 def detect_peak_tflops() -> float | None:
     """The first accelerator's peak per device, or None (CPU: pass --peak_tflops, or see bench/)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return None if device.platform == "cpu" else peak_tflops_for(device.device_kind)
     import tensorflow as tf
 
     for kind in ("TPU", "GPU"):

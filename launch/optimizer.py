@@ -87,6 +87,21 @@ class LayerwiseAdamW(keras.optimizers.AdamW):
         factor = self._factors[self._get_variable_index(variable)]
         return super().update_step(gradient, variable, learning_rate * factor)
 
+    def freeze(self, paths) -> None:
+        """The variables at `paths` stay as they are, slots included, until the model is built
+        again: the head warm-up on JAX. There the train step passes the optimizer every variable
+        it was built with (`stateless_apply`), so a variable set to `trainable = False`, as the
+        warm-up does on TensorFlow, cannot leave the update; it leaves it here instead, before
+        weight decay, as on TensorFlow."""
+        self._frozen = frozenset(paths)
+
+    def apply(self, grads, trainable_variables=None):
+        if getattr(self, "_frozen", None):
+            variables = self._trainable_variables if trainable_variables is None else trainable_variables
+            kept = [(g, v) for g, v in zip(grads, variables, strict=True) if v.path not in self._frozen]
+            grads, trainable_variables = [g for g, _ in kept], [v for _, v in kept]
+        return super().apply(grads, trainable_variables)
+
     def get_config(self):
         return {**super().get_config(), "lr_multipliers": self.lr_multipliers}
 
@@ -121,10 +136,11 @@ def build_optimizer(
     mixed_precision: str = "none",
     warmup_start: int = 0,
     lr_multipliers: dict[str, float] | None = None,
+    variables_name: str | None = None,
 ) -> keras.optimizers.Optimizer:
     """AdamW or Lamb; wrapped in LossScaleOptimizer for fp16 (bf16 needs no loss scaling). With
     `lr_multipliers` (AdamW only; {} too, for factors set after `build`), a learning rate per layer
-    (`LayerwiseAdamW`).
+    (`LayerwiseAdamW`; `variables_name`: the prefix of its variables' paths, another class's).
 
     Steps are optimizer updates. Keras (3.15) evaluates a schedule at its batch counter
     (`BaseOptimizer._get_current_learning_rate` passes `_iterations`, not `iterations`), which with
@@ -151,7 +167,8 @@ def build_optimizer(
     if lr_multipliers is not None and name != "adamw":
         raise ValueError(f"--optimizer {name}: per-layer learning rates are built for adamw")
     if name == "adamw" and lr_multipliers is not None:
-        optimizer = LayerwiseAdamW(lr_multipliers, **common)
+        named = {"name": variables_name} if variables_name else {}
+        optimizer = LayerwiseAdamW(lr_multipliers, **common, **named)
     elif name == "adamw":
         optimizer = keras.optimizers.AdamW(**common)
     elif name == "lamb":

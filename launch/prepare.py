@@ -10,17 +10,18 @@ import sys
 import tempfile
 
 import keras
-import tensorflow as tf
 
 from common.errors import BertbeamError
+from launch import backend
 from launch.checkpoints import CheckpointError, Checkpoints
 from launch.config import TrainConfig
 from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, resolve, split_head_warmup
 from launch.inputs import dynamic_masking
 from launch.interop.formats import config_beside, read_bert_config
 from launch.run_dir import RunDir
-from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy
+from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy, describe, is_chief, worker_index
 from model.config import BertConfig
+from pipeline import files
 from pipeline.schema import Manifest
 
 
@@ -62,7 +63,7 @@ class Run:
     run_dir: RunDir  # --model_dir: what a resumed run reads
     stages: list[Stage]  # one per phase, in order
     bert: BertConfig
-    strategy: tf.distribute.Strategy
+    strategy: object  # a tf.distribute.Strategy, or on JAX a strategy.JaxStrategy
     model: keras.Model | None = None
     checkpoints: Checkpoints | None = None
     # Where this process writes: run_dir on the chief (and any single-worker run); on the other
@@ -98,10 +99,13 @@ class Run:
         ]
 
 
-def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run:
+def prepare(config: TrainConfig, strategy=None) -> Run:
     """The configuration's mistakes, found before a model is built: one-line errors. (Only a
     resume point off the log interval waits for the checkpoint: `check_resume_point`.)"""
+    backend.refuse_flags(config)
     if config.deterministic:
+        import tensorflow as tf
+
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(config.seed)
     try:
@@ -126,15 +130,16 @@ def prepare(config: TrainConfig, strategy: tf.distribute.Strategy | None) -> Run
         )
         eval_batches = tuple(validation_batches(config, m, global_batch) for m in phase_corpora.manifests)
         stages.append(Stage(phase, phase_corpora, global_batch, per_replica, eval_batches))
-    tf.io.gfile.makedirs(config.model_dir)
+    files.make_dirs(config.model_dir)
     write_dir = None
-    if not strategy.extended.should_checkpoint:  # a worker of a multi-worker run, not the chief
-        task = strategy.cluster_resolver.task_id
+    if not is_chief(strategy):  # a worker of a multi-worker run, not the chief
+        task = worker_index(strategy)
         write_dir = RunDir(tempfile.mkdtemp(prefix=f"bertbeam-worker{task}-"))
         print(f"worker {task}: the chief writes {config.model_dir}; this worker's copies go to "
               f"{write_dir.path} (deleted at the end)", flush=True)  # fmt: skip
     run = Run(config, RunDir(config.model_dir), stages, bert, strategy, write_dir=write_dir)
     print(f"config: {config.to_json()}\nmodel: {bert.to_json()}", flush=True)
+    print(f"backend: {backend.name()}, {describe(strategy)}", flush=True)
     report_data(run)
     return run
 

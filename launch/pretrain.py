@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pretrain(argv: list[str] | None) -> None:
+    from launch import backend
+
+    backend.check()  # KERAS_BACKEND=torch, say: one line before anything is read or built
     from launch.config import TrainConfig
     from launch.train import train
 

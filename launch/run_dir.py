@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import tensorflow as tf
-
 from common.errors import BertbeamError
+from launch import checkpoints
 from launch.config import TrainConfig
 from model.config import BertConfig
+from pipeline import files
 from pipeline.files import write_atomically
 from pipeline.schema import MANIFEST_NAME, Manifest, read_manifest
 from pipeline.vocab import VocabFile
@@ -75,13 +75,15 @@ class RunDir:
 
     def read_corpus(self) -> Manifest:
         """The corpus the run's model is built for: corpus/ (runs from before it existed: --data)."""
-        if tf.io.gfile.exists(f"{self.corpus}/{MANIFEST_NAME}"):
+        if files.exists(f"{self.corpus}/{MANIFEST_NAME}"):
             return read_manifest(self.corpus)
         return read_manifest(self.read_config().data)
 
     def read(self, name: str) -> str:
-        with tf.io.gfile.GFile(self.file(name)) as f:
-            return f.read()
+        return files.read_text(self.file(name))
+
+    def exists(self, name: str) -> bool:
+        return files.exists(self.file(name))
 
     def write(self, name: str, text: str) -> None:
         write_atomically(self.file(name), text)
@@ -97,13 +99,12 @@ class RunDir:
         return BertConfig.from_json(self._read(BERT_CONFIG))
 
     def latest_checkpoint(self) -> str:
-        path = tf.train.latest_checkpoint(self.checkpoints)
+        path = checkpoints.latest(self.checkpoints)
         if path is None:
             raise RunDirError(f"--model_dir {self.path}: no checkpoint yet in {self.checkpoints}")
         return path
 
     def _read(self, name: str) -> str:
-        if not tf.io.gfile.exists(self.file(name)):
+        if not files.exists(self.file(name)):
             raise RunDirError(f"--model_dir {self.path}: no {name} (not a launch.pretrain run)")
-        with tf.io.gfile.GFile(self.file(name)) as f:
-            return f.read()
+        return files.read_text(self.file(name))

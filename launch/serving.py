@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import keras
-import tensorflow as tf
 
 from model.encoder import TASK_INPUTS
 
@@ -33,14 +32,17 @@ def save_keras(model: keras.Model, path: str) -> keras.Model:
     return plain
 
 
-def id_specs(seq_len: int) -> list[tf.TensorSpec]:
+def id_specs(seq_len: int) -> list:
     """input_ids, input_mask, segment_ids: (B, seq_len) int32 each."""
+    import tensorflow as tf
+
     return [tf.TensorSpec((None, seq_len), tf.int32, name=name) for name in TASK_INPUTS]
 
 
-def write_saved_model(path: str, tracked: list, endpoints: dict[str, tuple[Callable, list[tf.TensorSpec]]]):
+def write_saved_model(path: str, tracked: list, endpoints: dict[str, tuple[Callable, list]]):
     """A SavedModel at `path` holding `tracked` (models, the text encoder's tables), with one
-    signature per endpoint name: (function, its input specs)."""
+    signature per endpoint name: (function, its input specs: `tf.TensorSpec`s). Keras writes it
+    from either backend (JAX's through jax2tf); either way it needs TensorFlow installed."""
     archive = keras.export.ExportArchive()
     for item in tracked:
         archive.track(item)
@@ -57,7 +59,7 @@ def save_encoder(encoder: keras.Model, path: str) -> None:
     def serve(*ids):
         inputs = dict(zip(TASK_INPUTS, ids, strict=True))
         outputs = encoder({**inputs, "document_ids": inputs["input_mask"]}, training=False)
-        return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
+        return {name: keras.ops.cast(value, "float32") for name, value in outputs.items()}
 
     write_saved_model(
         path, [encoder], {"serving_default": (serve, id_specs(encoder.input["input_ids"].shape[1]))}
@@ -80,6 +82,8 @@ def save_task(model: keras.Model, text_encoder: TextEncoder, predict: Callable[[
         print(f"note: {path} takes input_ids, input_mask, segment_ids: tensorflow-text has no byte-level "
               "BPE to run a tokenizer.json inside it", file=sys.stderr)  # fmt: skip
         return
+    import tensorflow as tf
+
     text = tf.TensorSpec((None,), tf.string, name="text")
     if pairs:
         specs = [text, tf.TensorSpec((None,), tf.string, name="text_pair")]

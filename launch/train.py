@@ -37,8 +37,8 @@ import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from launch import backend
 from launch.checkpoints import Checkpoints, layers_of, out_of_space_is_one_line
 from launch.config import TrainConfig
 from launch.export import export
@@ -51,15 +51,19 @@ from launch.models import model_io, pretraining_model
 from launch.optimizer import build_optimizer
 from launch.prepare import Run, Stage, TrainError, prepare
 from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, WARM_START
+from launch.strategy import JaxStrategy
+from pipeline import files
 from pipeline.reader.shards import naming_bad_shards
 from pipeline.schema import Manifest
 
 POLICIES = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
-def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -> dict:
-    """Runs (or resumes, or finishes) the pretraining `config` describes; returns the summary
-    that is also written to model_dir/summary.json."""
+def train(config: TrainConfig, strategy=None) -> dict:
+    """Runs (or resumes, or finishes) the pretraining `config` describes, on the Keras backend
+    this process runs (TensorFlow or JAX, `launch/backend.py`); returns the summary that is also
+    written to model_dir/summary.json. `strategy`: a `tf.distribute.Strategy` or `JaxStrategy`
+    (default: --strategy's)."""
     run = prepare(config, strategy)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(POLICIES[config.mixed_precision])
@@ -73,7 +77,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
         with lost_worker_is_one_line(run):
             while True:
                 fit(run, stage, step)
-                step = int(run.model.optimizer.iterations.numpy())
+                step = updates(run)
                 if stage is run.stages[-1]:
                     break
                 length, stage = stage.manifest.seq_len, run.stage_at(step)
@@ -82,7 +86,7 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
                 build(run, stage)  # restores the checkpoint written at the previous phase's end
             results = finish(run, stage)
         summary = {
-            "step": int(run.model.optimizer.iterations.numpy()),
+            "step": updates(run),
             "eval": results,
             "model_dir": config.model_dir,
         }
@@ -90,8 +94,13 @@ def train(config: TrainConfig, strategy: tf.distribute.Strategy | None = None) -
     finally:
         keras.config.set_dtype_policy(previous_policy)
         if not run.chief:
-            tf.io.gfile.rmtree(run.write_dir.path)
+            files.remove_tree(run.write_dir.path)
     return summary
+
+
+def updates(run: Run) -> int:
+    """The optimizer updates done so far."""
+    return int(backend.to_numpy(run.model.optimizer.iterations))
 
 
 @contextlib.contextmanager
@@ -99,6 +108,11 @@ def lost_worker_is_one_line(run: Run):
     """A multi-worker run whose peer died: TF's coordination service stops the others with an
     error listing the tasks that stopped sending heartbeats (or a collective that was aborted).
     Turned into one line naming the lost worker and its address, and how to resume."""
+    if isinstance(run.strategy, JaxStrategy):  # jax.distributed reports a lost process itself
+        yield
+        return
+    import tensorflow as tf
+
     try:
         yield
     except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as e:
@@ -132,6 +146,7 @@ def build(run: Run, stage: Stage | None = None) -> int:
     objective = config.pretraining_objective
     with run.strategy.scope():
         run.model = pretraining_model(objective, run.bert, manifest, seed=config.seed)
+        freezes_in_optimizer = bool(config.head_warmup_steps) and backend.is_jax()
         optimizer = build_optimizer(
             config.optimizer,
             learning_rate=config.learning_rate,
@@ -144,7 +159,9 @@ def build(run: Run, stage: Stage | None = None) -> int:
             mixed_precision=config.mixed_precision,
             warmup_start=stage.phase.start if config.restart_warmup else 0,
             # the layers are known after the warm start (below): `learn_fresh_faster`
-            lr_multipliers={} if config.fresh_lr_multiplier != 1.0 else None,
+            lr_multipliers={} if config.fresh_lr_multiplier != 1.0 or freezes_in_optimizer else None,
+            # the same checkpoint keys as AdamW's where it only stands in for it (`freeze`)
+            variables_name="adam_w" if freezes_in_optimizer and config.fresh_lr_multiplier == 1.0 else None,
         )
         optimizer.build(run.model.trainable_variables)  # slots exist before a restore fills them
         objective.compile(
@@ -195,7 +212,7 @@ def start_from_release(run: Run, stage: Stage) -> list[str]:
 def fresh_weights(run: Run) -> set[str]:
     """The paths of the weights the warm start had none for: this process's own record (a fresh
     run's, on any worker), else the chief's (a resumed run)."""
-    record = run.write_dir if tf.io.gfile.exists(run.write_dir.file(WARM_START)) else run.run_dir
+    record = run.write_dir if run.write_dir.exists(WARM_START) else run.run_dir
     return set(json.loads(record.read(WARM_START))["fresh"])
 
 
@@ -226,8 +243,13 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
         source = run.config.init_checkpoint
         print(f"head warm-up: {source} had every weight, none is fresh; all train from step 0", flush=True)
         return
-    for variable in trainable:
-        variable.trainable = variable.path in fresh
+    if backend.is_jax():
+        optimizer = run.model.optimizer
+        frozen = [v.path for v in trainable if v.path not in fresh]
+        getattr(optimizer, "inner_optimizer", optimizer).freeze(frozen)
+    else:
+        for variable in trainable:
+            variable.trainable = variable.path in fresh
     kept = sum(int(np.prod(v.shape)) for v in training)
     print(f"head warm-up, steps {phase.start}-{phase.end}: {len(training)} of {len(trainable)} weights train "
           f"({kept:,} of {total:,} parameters), those that started fresh: "
@@ -245,6 +267,12 @@ def check_resume_point(config: TrainConfig, step: int) -> None:
 
 
 # === fit ===
+
+
+def bad_shards_named(paths: list[str]):
+    """tf.data reports a corrupt shard by offset only: name it. (The numpy reader a JAX run reads
+    with names it itself.)"""
+    return contextlib.nullcontext() if backend.is_jax() else naming_bad_shards(paths)
 
 
 def fit(run: Run, stage: Stage, step: int) -> None:
@@ -294,7 +322,7 @@ def fit(run: Run, stage: Stage, step: int) -> None:
         sources=per_source,
     )
     shards = [f for m in stage.corpora.manifests for f in m.files("train") + m.files("validation")]
-    with naming_bad_shards(shards), out_of_space_is_one_line(config.model_dir):
+    with bad_shards_named(shards), out_of_space_is_one_line(config.model_dir):
         run.model.fit(
             train_data,
             initial_epoch=step // config.steps_per_epoch,
@@ -331,7 +359,7 @@ def final_evaluation(run: Run, stage: Stage) -> dict:
         return {}
     batches = [m.split("validation").instances // stage.global_batch for m in corpora.manifests]
     results = {
-        "step": int(run.model.optimizer.iterations.numpy()),
+        "step": updates(run),
         **evaluate(run, stage, list(corpora.manifests), batches),
     }
     if corpora.mixture:
@@ -350,6 +378,6 @@ def evaluate(run: Run, stage: Stage, manifests: list[Manifest], batches: list[in
     validation = validation_dataset(
         manifests, stage.global_batch, run.config.seed, batches, **model_io(run.model)
     )
-    with naming_bad_shards([f for m in manifests for f in m.files("validation")]):
+    with bad_shards_named([f for m in manifests for f in m.files("validation")]):
         logs = run.model.evaluate(validation, steps=sum(batches), return_dict=True, verbose=0)
     return {"examples": sum(batches) * stage.global_batch, **figures(logs)}

@@ -73,6 +73,27 @@ def generator_config(config: BertConfig, size: float) -> BertConfig:
 # === Layers ===
 
 
+def _mix(x):
+    """A 32-bit integer hash (Wellons's lowbias32 finalizer): uint32 shifts, xors and wrapping
+    multiplies, which TensorFlow and JAX compute alike, eagerly and under XLA."""
+    x = ops.bitwise_xor(x, ops.right_shift(x, 16))
+    x = ops.multiply(x, ops.convert_to_tensor(np.uint32(0x7FEB352D)))
+    x = ops.bitwise_xor(x, ops.right_shift(x, 15))
+    x = ops.multiply(x, ops.convert_to_tensor(np.uint32(0x846CA68B)))
+    return ops.bitwise_xor(x, ops.right_shift(x, 16))
+
+
+def _uniform(seed, like):
+    """One float32 in (0, 1) per element of `like`, from `seed` (a SeedGenerator's two words) and
+    the element's flat index: the hash's top 23 bits, centred ((k + 0.5) / 2**23, exact)."""
+    seed = ops.cast(seed, "uint32")
+    key = _mix(ops.bitwise_xor(_mix(seed[0]), seed[1]))
+    flat = ops.reshape(ops.ones_like(like, dtype="int32"), (-1,))
+    index = ops.cast(ops.reshape(ops.cumsum(flat) - 1, ops.shape(like)), "uint32")
+    bits = ops.right_shift(_mix(ops.bitwise_xor(_mix(index), key)), 9)
+    return (ops.cast(bits, "float32") + 0.5) * (1.0 / (1 << 23))
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class TokenSampler(keras.layers.Layer):
     """One token id per row of logits (B, P, V) -> (B, P) int32, drawn from their softmax, never
@@ -86,8 +107,11 @@ class TokenSampler(keras.layers.Layer):
 
     Its randomness is a Keras SeedGenerator: a variable, so a checkpoint holds its state and a
     resumed run draws exactly the samples an uninterrupted one would. Each call advances it, so the
-    draw is a function of `seed` and the step. Computes in float32 under any dtype policy: the
-    cumulative sum over V needs the precision."""
+    draw is a function of `seed` and the step. The uniform draw is a counter-based hash of that
+    state and each row's index in 32-bit integer arithmetic (`_uniform`), not the backend's
+    generator: TensorFlow and JAX then draw the same numbers, so the same weights and batch give
+    the same samples, and the same loss, under either (tests/launch/test_backends.py). Computes
+    in float32 under any dtype policy: the cumulative sum over V needs the precision."""
 
     def __init__(self, excluded_ids: Sequence[int] = (), seed: int | None = None, **kwargs):
         kwargs.setdefault("dtype", "float32")
@@ -105,7 +129,7 @@ class TokenSampler(keras.layers.Layer):
         logits = ops.stop_gradient(ops.cast(logits, "float32")) + self.exclusion
         cumulative = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)  # (B, P, V)
         # u in (0, total): never 0, so a leading id of probability 0 is never the first to reach it.
-        u = keras.random.uniform(ops.shape(logits)[:-1], minval=1e-7, maxval=1.0, seed=self.seed_generator)
+        u = _uniform(self.seed_generator.next(), logits[..., 0])
         u = u[..., None] * cumulative[..., -1:]  # the total, 1 up to rounding
         return ops.cast(ops.sum(ops.cast(cumulative < u, "int32"), axis=-1), "int32")
 

@@ -14,6 +14,7 @@ from common.errors import need
 from pipeline.curation.minhash import MAX_SHINGLE_SIZE
 from pipeline.curation.quality import FILTERS as QUALITY_FILTERS
 from pipeline.curation.quality import Thresholds
+from pipeline.masking import MAX_MASKED_LM_PROB
 from pipeline.text import codec_name
 
 
@@ -30,9 +31,6 @@ def derived_max_predictions(seq_len: int, masked_lm_prob: float) -> int:
     """BERT's masked positions per row for a masking rate, rounded up to a multiple of 4 (20 at
     128 and 80 at 512 for 15 %)."""
     return math.ceil(seq_len * masked_lm_prob / 4) * 4
-
-
-MAX_MASKED_LM_PROB = 0.4  # the highest rate published recipes use (RoBERTa-wwm, MosaicBERT: 30 %)
 
 
 def _folder(value: str) -> str:

@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+MAX_MASKED_LM_PROB = 0.4  # the highest rate published recipes use (RoBERTa-wwm, MosaicBERT: 30 %)
+
 
 @dataclasses.dataclass(frozen=True)
 class MaskingTables:

@@ -36,9 +36,9 @@ def tfrecord_framed(record: bytes) -> bytes:
     needs no TensorFlow.
 
     The checksum is CRC-32C in C (google-crc32c, the implementation Beam's WriteToTFRecord picks
-    too), masked as TFRecord masks it (`_masked_crc32c`): tests read every shard back with TF's
+    too), masked as TFRecord masks it (`masked_crc32c`): tests read every shard back with TF's
     reader, which verifies both checksums of every record."""
-    return b"".join((_length_header(len(record)), record, struct.pack("<I", _masked_crc32c(record))))
+    return b"".join((_length_header(len(record)), record, struct.pack("<I", masked_crc32c(record))))
 
 
 def count_framed(data: bytes) -> int:
@@ -51,7 +51,7 @@ def count_framed(data: bytes) -> int:
     return records
 
 
-def _masked_crc32c(data: bytes) -> int:
+def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC-32C: the checksum rotated right by 15 bits plus a constant (so that a
     CRC of data holding CRCs is not trivially a CRC)."""
     crc = google_crc32c.value(data)
@@ -61,7 +61,7 @@ def _masked_crc32c(data: bytes) -> int:
 @functools.lru_cache(maxsize=1 << 12)
 def _length_header(length: int) -> bytes:  # records of a corpus have a few hundred lengths
     packed = struct.pack("<Q", length)
-    return packed + struct.pack("<I", _masked_crc32c(packed))
+    return packed + struct.pack("<I", masked_crc32c(packed))
 
 
 def part_path(output_dir: str, split: str, shard: int, group: int) -> str:

@@ -289,11 +289,11 @@ def _split(fields: _Fields, name: str) -> Split:
 
 def read_manifest(folder: str) -> Manifest:
     """The manifest beside the shards in `folder` (local or gs://), or a one-line error."""
-    import tensorflow as tf
+    from pipeline import files
 
     folder = folder.rstrip("/")
     path = f"{folder}/{MANIFEST_NAME}"
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         lengths = corpus_lengths(folder)
         if lengths:
             names = ", ".join(f"{folder}/seq{n}" for n in lengths)
@@ -301,28 +301,26 @@ def read_manifest(folder: str) -> Manifest:
                 f"{folder}: a corpus at several lengths ({names}); pass one of them, or train on all "
                 "with launch.pretrain --phases"
             )
-        found = "does not exist" if not tf.io.gfile.exists(folder) else "has no manifest.json"
+        found = "does not exist" if not files.exists(folder) else "has no manifest.json"
         raise ManifestError(f"{folder}: {found}; build a corpus first (make corpus OUTPUT={folder})")
-    with tf.io.gfile.GFile(path, "r") as f:
-        return Manifest.from_json(f.read(), folder)
+    return Manifest.from_json(files.read_text(path), folder)
 
 
 def read_built_manifest(folder: str) -> Manifest:
-    """`folder`'s manifest read as the builder reads files, through Beam's filesystems
-    (`pipeline/files.py`): the build and its report never import TensorFlow, whose import takes
-    seconds and prints its start-up lines. Readers that train or evaluate use `read_manifest`."""
+    """`folder`'s manifest as the builder reads it (no checks for a missing or multi-length
+    corpus: the builder wrote it). Readers that train or evaluate use `read_manifest`."""
     from pipeline import files
 
     folder = folder.rstrip("/")
-    return Manifest.from_json(files.read_file(f"{folder}/{MANIFEST_NAME}").decode("utf-8"), folder)
+    return Manifest.from_json(files.read_text(f"{folder}/{MANIFEST_NAME}"), folder)
 
 
 def corpus_lengths(folder: str) -> list[int]:
     """The lengths a multi-length build (`--seq_len 128,512`) wrote under `folder`, from its
     seq{N}/manifest.json files, ascending; [] for any other folder."""
-    import tensorflow as tf
+    from pipeline import files
 
-    found = tf.io.gfile.glob(f"{folder.rstrip('/')}/seq*/{MANIFEST_NAME}")
+    found = files.glob(f"{folder.rstrip('/')}/seq*/{MANIFEST_NAME}")
     names = [path.rsplit("/", 2)[-2].removeprefix("seq") for path in found]
     return sorted(int(n) for n in names if n.isdigit())
 

@@ -426,13 +426,12 @@ class VocabFile:
     def of_corpus(cls, manifest: Manifest) -> VocabFile:
         """The vocab beside a corpus's shards, refused in one line unless it is the one they were
         tokenized with (the manifest's sha256): masking and export use it."""
-        import tensorflow as tf
+        from pipeline import files
 
         path, info = manifest.vocab_path, manifest.vocab
-        if not tf.io.gfile.exists(path):
+        if not files.exists(path):
             raise VocabError(f"{path}: missing (the manifest names it); rebuild the corpus")
-        with tf.io.gfile.GFile(path, "rb") as f:
-            data = f.read()
+        data = files.read_file(path)
         found = hashlib.sha256(data).hexdigest()
         if found != info.sha256:
             raise VocabError(

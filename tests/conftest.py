@@ -41,6 +41,9 @@ def xla_compilation_cache(tmp_path_factory):
     folder = tmp_path_factory.mktemp("xla_cache")
     flag = f"--tf_xla_persistent_cache_directory={folder}"
     os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("TF_XLA_FLAGS"), flag)))
+    # JAX's own persistent cache, for the runs started under KERAS_BACKEND=jax.
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder / "jax")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     return folder
 
 
@@ -135,16 +138,39 @@ def botchan_bpe(botchan, tmp_path_factory) -> Path:
     return path
 
 
+BLOCKER = """import sys
+
+
+class Blocked:
+    # What a machine without TensorFlow (the GPU image) or Beam lacks: importing it fails there.
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked for this test)", name=name)
+
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+@pytest.fixture(scope="session")
+def without_tensorflow(tmp_path_factory) -> dict:
+    """An environment for a subprocess in which `import tensorflow` (and Beam, which imports it
+    for some transforms) fails as on a machine without it: a sitecustomize on PYTHONPATH."""
+    folder = tmp_path_factory.mktemp("without_tensorflow")
+    blocked = ("tensorflow", "tensorflow_text", "tensorflow_datasets", "apache_beam", "tf_keras")
+    (folder / "sitecustomize.py").write_text(BLOCKER.format(blocked=blocked))
+    path = os.pathsep.join(filter(None, (str(folder), os.environ.get("PYTHONPATH"))))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def checkpoint_variables(model_dir: Path) -> dict:
     """The model's and optimizer's tensors in a run's newest checkpoint, by name."""
-    import tensorflow as tf
+    from launch import checkpoints
 
-    path = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    return {
-        name: tf.train.load_variable(path, name)
-        for name, _ in tf.train.list_variables(path)
-        if name.startswith(("model/", "optimizer/"))
-    }
+    path = checkpoints.latest(str(model_dir / "checkpoints"))
+    assert path, f"{model_dir}: no checkpoint"
+    tensors, _ = checkpoints.read_checkpoint(path)
+    return {name: t for name, t in tensors.items() if name.startswith(("model/", "optimizer/"))}
 
 
 def build(output: Path, *args: str) -> dict:

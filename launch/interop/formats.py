@@ -19,9 +19,9 @@ import json
 from collections.abc import Callable
 
 import keras
-import tensorflow as tf
 
 from common.errors import ConfigError
+from launch import checkpoints
 from launch.checkpoints import CheckpointError, layers_of, read_weights
 from launch.interop.google import (
     GoogleCheckpointError,
@@ -38,6 +38,7 @@ from model.config import BertConfig
 from model.electra import generator_config
 from model.encoder import weights_by_path
 from model.pretraining import Objective
+from pipeline import files
 from pipeline.release import model_folder
 from pipeline.vocab import VocabError, VocabFile
 
@@ -62,8 +63,7 @@ class CheckpointFormat:
 
 
 def _read_ours(path: str) -> BertConfig:
-    with tf.io.gfile.GFile(path) as f:
-        return BertConfig.from_json(f.read())
+    return BertConfig.from_json(files.read_text(path))
 
 
 def _load_google(model: keras.Model, prefix: str) -> list[str]:
@@ -150,7 +150,7 @@ def config_beside(source: str) -> str | None:
     if fmt is BERTBEAM:  # model_dir/checkpoints/ckpt-N: the run's bert_config.json is two up
         folders.append(folders[0].rsplit("/", 1)[0])
     paths = [f"{folder}/{fmt.config_file}" for folder in folders]
-    return next((path for path in paths if tf.io.gfile.exists(path)), None)
+    return next((path for path in paths if files.exists(path)), None)
 
 
 def _hf_format(model_type: str | None) -> CheckpointFormat:
@@ -161,10 +161,10 @@ def _hf_format(model_type: str | None) -> CheckpointFormat:
 def _checkpoint_path(source: str) -> str:
     """The checkpoint prefix in a run's folder, a checkpoints folder, a Google release folder, or
     `source` itself when it is a prefix."""
-    path = tf.train.latest_checkpoint(f"{source}/checkpoints") or tf.train.latest_checkpoint(source)
-    if path is None and tf.io.gfile.exists(f"{source}/bert_model.ckpt.index"):
+    path = checkpoints.latest(f"{source}/checkpoints") or checkpoints.latest(source)
+    if path is None and files.exists(f"{source}/bert_model.ckpt.index"):
         path = f"{source}/bert_model.ckpt"  # an unpacked google-research/bert release
-    if path is None and tf.io.gfile.exists(f"{source}.index"):
+    if path is None and checkpoints.exists(source):
         path = source
     if path is None:
         raise CheckpointError(f"{source}: no checkpoint found there")
@@ -208,8 +208,7 @@ def warm_start(model: keras.Model, source: str) -> list[str]:
 def read_bert_config(path: str) -> BertConfig:
     """A model shape from Hugging Face's config.json, google-research/bert's bert_config.json or
     our BertConfig JSON, told apart by their fields."""
-    with tf.io.gfile.GFile(path) as f:
-        text = f.read()
+    text = files.read_text(path)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:

@@ -19,11 +19,12 @@ import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from common.errors import BertbeamError
+from launch import backend
 from model.config import BertConfig
 from model.encoder import count_blocks, weights_by_path
+from pipeline import files
 from pipeline.files import write_atomically
 from pipeline.vocab import VocabFile
 
@@ -138,7 +139,7 @@ def from_google_layout(value: np.ndarray, mapping: MappedVariable, shape: tuple[
 def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
     """Assigns every mapped variable from a Google BERT checkpoint; a missing tensor or one whose
     size does not fit is a one-line error, before anything is assigned."""
-    reader = tf.train.load_checkpoint(prefix)
+    reader = _tensorflow(prefix).train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     weights = weights_by_path(model)
     values = {}
@@ -159,14 +160,12 @@ def load_google_checkpoint(model: keras.Model, prefix: str) -> None:
 def save_google_checkpoint(model: keras.Model, prefix: str) -> None:
     """Writes the model's variables under Google's names and layouts (a V2 checkpoint whose keys
     are those names, so `tf.train.load_variable(prefix, name)` and google-research/bert read it)."""
+    tf = _tensorflow(prefix)
     weights = weights_by_path(model)
     rows = mappings(model)
-    tensors = [
-        tf.constant(to_google_layout(m, np.asarray(keras.ops.convert_to_numpy(weights[m.ours]))))
-        for m in rows
-    ]
+    tensors = [tf.constant(to_google_layout(m, np.asarray(backend.to_numpy(weights[m.ours])))) for m in rows]
     if "/" in prefix:
-        tf.io.gfile.makedirs(prefix.rsplit("/", 1)[0])
+        files.make_dirs(prefix.rsplit("/", 1)[0])
     tf.raw_ops.SaveV2(
         prefix=prefix,
         tensor_names=[m.google for m in rows],
@@ -190,8 +189,7 @@ def save_google(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, fol
 
 def google_bert_config(path: str) -> BertConfig:
     """google-research/bert's bert_config.json as a BertConfig (its "gelu" is the tanh form)."""
-    with tf.io.gfile.GFile(path) as f:
-        raw = json.load(f)
+    raw = json.loads(files.read_text(path))
     if raw.get("hidden_act", "gelu") != "gelu":
         raise GoogleCheckpointError(f"{path}: hidden_act {raw['hidden_act']!r}; only gelu is supported")
     return bert_config_from(raw, hidden_act="gelu_approximate")
@@ -242,9 +240,26 @@ def google_config_json(bert: BertConfig) -> str:
 
 
 def is_google_checkpoint(prefix: str) -> bool:
+    """A TensorFlow checkpoint with google-research/bert's names (else a bertbeam run's)."""
+    if not files.exists(f"{prefix}.index"):
+        return False
+    tf = _tensorflow(prefix)
     try:
         return (
             "bert/embeddings/word_embeddings" in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
         )
     except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError):
         return False
+
+
+def _tensorflow(prefix: str):
+    """TensorFlow, which reads and writes google-research/bert's checkpoints (TensorFlow's own
+    format), under either Keras backend; a one-line error where it is not installed."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise GoogleCheckpointError(
+            f"{prefix}: google-research/bert's checkpoints are TensorFlow's format, and tensorflow is not "
+            "installed here; convert it where it is (python -m launch.export --format hf) or install it"
+        ) from None
+    return tf

@@ -21,7 +21,6 @@ import re
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from launch.interop.google import MappedVariable, bert_config_from, mappings
 from launch.interop.hf_folder import (
@@ -32,6 +31,7 @@ from launch.interop.hf_folder import (
     write_hf_folder,
 )
 from model.config import BertConfig
+from pipeline import files
 from pipeline.vocab import VocabFile
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new"}  # ours -> Hugging Face's
@@ -144,8 +144,7 @@ def save_hf_task(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, fo
 def hf_bert_config(path: str) -> BertConfig:
     """A Hugging Face BERT (or ELECTRA discriminator) config.json as a BertConfig (its "gelu" is
     the exact erf form)."""
-    with tf.io.gfile.GFile(path) as f:
-        raw = json.load(f)
+    raw = json.loads(files.read_text(path))
     act = raw.get("hidden_act", "gelu")
     if act not in FROM_HF_ACTIVATIONS:
         expected = ", ".join(FROM_HF_ACTIVATIONS)

@@ -14,12 +14,13 @@ import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from common.errors import BertbeamError
+from launch import backend
 from launch.interop.google import MappedVariable, from_google_layout, to_google_layout
 from launch.interop.hf_tokenizer import tokenizer_files
 from model.encoder import weights_by_path
+from pipeline import files
 from pipeline.vocab import VocabFile
 
 WEIGHTS = "model.safetensors"
@@ -58,10 +59,9 @@ def hf_model_type(folder: str) -> str:
 
 def _config(folder: str) -> dict:
     path = f"{folder}/{CONFIG}"
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         return {}
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return json.loads(files.read_text(path))
 
 
 def is_hf_config(raw: dict) -> bool:
@@ -75,9 +75,7 @@ def tensors_of(model: keras.Model, rows: list[HFTensor]) -> dict[str, np.ndarray
     """The state dict of `rows` from the model's variables (float32, C-contiguous)."""
     weights = weights_by_path(model)
     return {
-        row.hf: np.ascontiguousarray(
-            row.to_hf(np.asarray(keras.ops.convert_to_numpy(weights[row.ours]), np.float32))
-        )
+        row.hf: np.ascontiguousarray(row.to_hf(np.asarray(backend.to_numpy(weights[row.ours]), np.float32)))
         for row in rows
     }
 
@@ -88,8 +86,8 @@ def write_hf_folder(folder: str, config: dict, tensors: dict[str, np.ndarray], v
     files where the vocab kind has a Hugging Face tokenizer."""
     from safetensors.numpy import save
 
-    tf.io.gfile.makedirs(folder)
-    files = {
+    files.make_dirs(folder)
+    written = {
         CONFIG: json.dumps(config, indent=2, sort_keys=True).encode(),
         WEIGHTS: save(tensors, metadata={"format": "pt"}),
         vocab_file.file_name: vocab_file.data,
@@ -98,10 +96,9 @@ def write_hf_folder(folder: str, config: dict, tensors: dict[str, np.ndarray], v
     if tokenizer is None:
         print(f"note: no Hugging Face tokenizer for this {vocab_file.kind} vocab (a bpe model); "
               f"{folder} has the weights and {vocab_file.file_name} only", file=sys.stderr)  # fmt: skip
-    files.update(tokenizer or {})
-    for name, data in files.items():
-        with tf.io.gfile.GFile(f"{folder}/{name}", "wb") as f:
-            f.write(data)
+    written.update(tokenizer or {})
+    for name, data in written.items():
+        files.write_atomically(f"{folder}/{name}", data)
 
 
 # === In ===
@@ -111,17 +108,16 @@ def read_hf_tensors(folder: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load
 
     path = f"{folder}/{WEIGHTS}"
-    if not tf.io.gfile.exists(path) and tf.io.gfile.exists(f"{folder}/{TORCH_WEIGHTS}"):
+    if not files.exists(path) and files.exists(f"{folder}/{TORCH_WEIGHTS}"):
         architecture = (_config(folder).get("architectures") or ["AutoModel"])[0]  # keeps its heads
         convert = f"transformers.{architecture}.from_pretrained(DIR).save_pretrained(DIR)"
         raise HFCheckpointError(
             f"{folder}: only {TORCH_WEIGHTS} (torch's pickle format); bertbeam reads {WEIGHTS}: convert "
             f"it once with {convert}"
         )
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         raise HFCheckpointError(f"{folder}: no {WEIGHTS} (a Hugging Face save_pretrained folder)")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return load(f.read())
+    return load(files.read_file(path))
 
 
 def assign_hf_tensors(model: keras.Model, folder: str, rows: list[HFTensor], optional: set[str],

@@ -22,7 +22,6 @@ import json
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from launch.interop.hf_folder import (
     HFCheckpointError,
@@ -33,6 +32,7 @@ from launch.interop.hf_folder import (
 )
 from model.config import BertConfig
 from model.encoder import count_blocks
+from pipeline import files
 from pipeline.vocab import VocabFile
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_pytorch_tanh"}  # ours -> transformers'
@@ -177,8 +177,7 @@ def save_hf_modernbert_task(model: keras.Model, bert: BertConfig, vocab_file: Vo
 def modernbert_config(path: str) -> BertConfig:
     """A transformers ModernBertConfig (config.json) as a BertConfig. What our block cannot do is a
     one-line error: biases, a layer pattern other than one global layer every n, scaled RoPE."""
-    with tf.io.gfile.GFile(path) as f:
-        raw = json.load(f)
+    raw = json.loads(files.read_text(path))
 
     def field(name, default):
         return raw.get(name, default)

@@ -15,43 +15,19 @@ Every shape is fully defined: TPUs (and XLA generally) compile one program per s
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import tensorflow as tf
 
 from common.errors import need
 from pipeline import schema
-from pipeline.reader.dynamic_masking import DynamicMasking, remask, unmask
+from pipeline.reader.config import FEATURE_INPUTS, InputConfig
+from pipeline.reader.dynamic_masking import remask, unmask
 from pipeline.reader.order import corpus_choices, mixture_starts, seekable_records
 from pipeline.reader.shards import InputError, check_shards, read_shard, shard_files
 from pipeline.schema import Manifest
 
-FEATURE_INPUTS = ("input_ids", "input_mask", "segment_ids", "document_ids", "masked_lm_positions")
-
-
-@dataclasses.dataclass(frozen=True)
-class InputConfig:
-    """How one input pipeline reads a split (the manifest says what the records hold)."""
-
-    per_replica_batch_size: int  # examples per batch of this pipeline: one replica's share of a step
-    training: bool = True  # shuffled and repeated forever; False: every record once, in file order
-    seed: int = 0  # shard order, shuffles and dynamic masks all derive from it
-    dynamic_masking: DynamicMasking | None = None  # a fresh mask per read (RoBERTa), else the stored one
-    shuffle_window: int = 10_000  # training: records permuted together (`order.seekable_records`)
-    cycle_length: int = 8  # evaluation: shards read at once
-    # The model's input names (None: FEATURE_INPUTS) and output names (None: mlm, and nsp for pairs).
-    features: tuple[str, ...] | None = None
-    targets: tuple[str, ...] | None = None
-
-    def __post_init__(self):
-        for name in ("per_replica_batch_size", "shuffle_window", "cycle_length"):
-            value = getattr(self, name)
-            need(value >= 1, f"InputConfig.{name}: expected >= 1, found {value}", InputError)
-        unknown = sorted(set(self.targets or ()) - set(TARGETS))
-        need(
-            not unknown, f"InputConfig.targets: no labels for {unknown}; known: {sorted(TARGETS)}", InputError
-        )
+__all__ = ["FEATURE_INPUTS", "TARGETS", "InputConfig", "make_dataset"]
 
 
 def make_dataset(
@@ -131,12 +107,7 @@ def make_dataset(
         )
     if on_batch is not None:
         ds = ds.map(lambda step, batch: (step, _after(on_batch(step, batch), batch)))  # in order
-    features = config.features or FEATURE_INPUTS
-    targets = config.targets or (("mlm", "nsp") if first.pairs else ("mlm",))
-    missing = sorted(set(features) - set(spec))
-    if missing or ("nsp" in targets and not first.pairs):
-        found = missing or ["nsp (a corpus without sentence pairs)"]
-        raise InputError(f"{first.path}: the model reads {', '.join(found)}, which its records do not hold")
+    features, targets = config.names(first)
     ds = ds.map(
         lambda step, batch: _to_keras(batch, features, targets),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -1,6 +1,7 @@
 """Dynamic masking (RoBERTa's): a fresh BERT mask drawn in the graph each time a row is read,
 from the static-mask shards, with static shapes; the TensorFlow twin of `pipeline/masking.py`,
-which masks rows when the corpus is built.
+which masks rows when the corpus is built, and of `masks_numpy.py`, which draws the same masks
+without TensorFlow. The rules it draws by are `config.DynamicMasking`.
 
     masking = DynamicMasking.for_corpus(manifest)
     batch = remask(batch, masking, manifest.max_predictions, seed=(seed, step))
@@ -8,74 +9,12 @@ which masks rows when the corpus is built.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
-from pipeline.reader.shards import InputError
-from pipeline.schema import Manifest
+from pipeline.reader.config import DynamicMasking
 
-
-@dataclasses.dataclass(frozen=True)
-class DynamicMasking:
-    """What drawing a fresh mask in the graph needs from the vocab: `for_corpus(manifest)` takes
-    the corpus's own vocab and masking settings, `from_vocab_file` any vocab file."""
-
-    mask_id: int
-    is_special: tuple[bool, ...]  # per token id: never masked, never drawn as a random token
-    starts_word: tuple[bool, ...] | None  # per token id; None: mask single pieces
-    masked_lm_prob: float = 0.15
-    # Whole-word units from the records' `word_starts` (a segmented corpus) instead of starts_word.
-    stored_units: bool = False
-    breaks_units: tuple[bool, ...] = ()  # per token id: ends any unit (MaskingTables.breaks_units)
-
-    @classmethod
-    def from_vocab(cls, vocab_file, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
-        from pipeline.masking import MaskingTables
-
-        tables = MaskingTables.from_vocab(vocab_file.load())
-        # A CJK piece is a word of its own, and so is the piece after one (as the corpus builder).
-        starts = tables.starts_word | tables.is_cjk
-        return cls(
-            mask_id=tables.mask_id,
-            is_special=tuple(tables.is_special.tolist()),
-            breaks_units=tuple(tables.breaks_units.tolist()),
-            starts_word=tuple(starts.tolist()) if whole_word else None,
-            masked_lm_prob=masked_lm_prob,
-        )
-
-    @classmethod
-    def from_vocab_file(cls, path: str, *, whole_word: bool, masked_lm_prob: float = 0.15) -> DynamicMasking:
-        """A sentencepiece .model or a WordPiece .txt, by its name."""
-        from pipeline.vocab import VocabFile, kind_of
-
-        with tf.io.gfile.GFile(path, "rb") as f:
-            vocab_file = VocabFile(kind_of(path), f.read())
-        return cls.from_vocab(vocab_file, whole_word=whole_word, masked_lm_prob=masked_lm_prob)
-
-    @classmethod
-    def for_corpus(cls, manifest: Manifest, masked_lm_prob: float | None = None) -> DynamicMasking:
-        """The corpus's vocab (checked against its manifest), whole-word setting and masking rate
-        (or `masked_lm_prob`: one that needs more positions than the records hold is an
-        `InputError`); a segmented corpus's units come from its records (`word_starts`)."""
-        from pipeline.config import derived_max_predictions
-        from pipeline.vocab import VocabFile
-
-        rate = manifest.masked_lm_prob if masked_lm_prob is None else masked_lm_prob
-        needed = derived_max_predictions(manifest.seq_len, rate)
-        if masked_lm_prob is not None and needed > manifest.max_predictions:
-            raise InputError(
-                f"--dynamic_masked_lm_prob {rate}: needs {needed} masked positions per row at seq_len "
-                f"{manifest.seq_len}, {manifest.folder} stores {manifest.max_predictions}; rebuild it "
-                f"with --max_predictions {needed} (or --masked_lm_prob {rate}) or lower the rate"
-            )
-        masking = cls.from_vocab(
-            VocabFile.of_corpus(manifest), whole_word=manifest.whole_word_mask, masked_lm_prob=rate
-        )
-        if manifest.whole_word_mask and manifest.word_starts:
-            masking = dataclasses.replace(masking, starts_word=None, stored_units=True)
-        return masking
+__all__ = ["DynamicMasking", "remask", "unmask"]
 
 
 def unmask(batch) -> tf.Tensor:

@@ -14,13 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import need
+from pipeline.reader.config import MIXTURE_BLOCK
 from pipeline.reader.shards import InputError, read_shard
-
-# A mixture's corpus per record comes in blocks: each block of MIXTURE_BLOCK records holds a fixed
-# quota of each corpus, in a seeded order. The quotas make the records a corpus has given by a
-# block's start a closed form, so a resumed mixture seeks each corpus (`mixture_starts`) instead
-# of replaying the choices.
-MIXTURE_BLOCK = 4096
 
 
 def _block_counts(rates: Sequence[float], n) -> tf.Tensor:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from launch.checkpoints import latest, read_checkpoint
 from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as
 from launch.finetune import finetune, pretrained
@@ -89,8 +90,7 @@ def test_fine_tuning_an_electra_run_starts_from_its_discriminator(electra_run, t
     source = pretrained(config(electra_run, topics))
     encoder = build_encoder(source.bert, 32)
     assert source.load(encoder) == ["pooler"]
-    checkpoint = tf.train.latest_checkpoint(str(electra_run / "checkpoints"))
+    tensors, _ = read_checkpoint(latest(str(electra_run / "checkpoints")))
     for weight in encoder.weights:
         if not weight.path.startswith("pooler/"):
-            key = f"model/{weight.path.replace('/', '.S')}/.ATTRIBUTES/VARIABLE_VALUE"
-            np.testing.assert_array_equal(weight.numpy(), tf.train.load_variable(checkpoint, key))
+            np.testing.assert_array_equal(weight.numpy(), tensors[f"model/{weight.path}"])

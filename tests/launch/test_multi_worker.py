@@ -120,8 +120,8 @@ def test_two_workers_train_as_two_mirrored_replicas_and_only_the_chief_writes(fl
     scratch = Path(re.search(r"copies go to (\S+) \(deleted", line).group(1))
     assert not scratch.exists() and not str(scratch).startswith(str(model_dir))
     assert "worker 0:" not in (logs / "worker0.log").read_text()
-    assert sorted(p.name for p in (model_dir / "checkpoints").glob("ckpt-*.index")) == [
-        f"ckpt-{s}.index" for s in (10, 20, 30)
+    assert sorted(p.name for p in (model_dir / "checkpoints").glob("ckpt-*.safetensors")) == [
+        f"ckpt-{s}.safetensors" for s in (10, 20, 30)
     ]
     checkpoint_variables(model_dir)  # every tensor of the last checkpoint reads back
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from launch.checkpoints import CheckpointError, model_variables
+from launch.checkpoints import CheckpointError, latest, model_variables, read_checkpoint, read_weights
 from launch.config import ConfigError, TrainConfig
 from launch.prepare import TrainError, prepare
 from launch.train import train
@@ -105,8 +105,7 @@ def test_the_export_reloads_with_the_trained_weights(trained, small_corpus, tiny
 
     # The last checkpoint, restored into a freshly built model: what training left.
     reference = build_pretraining_model(bert, 32, 5)
-    checkpoint = tf.train.latest_checkpoint(str(trained / "checkpoints"))
-    tf.train.Checkpoint(model=model_variables(reference)).read(checkpoint).expect_partial()
+    read_weights(reference, latest(str(trained / "checkpoints")))
     batch = _real_batch(small_corpus)
     expected = reference(batch, training=False)["mlm"].numpy()
 
@@ -158,12 +157,9 @@ def test_warm_start_takes_weights_but_not_the_step(trained, small_corpus, tiny_c
 
     run = prepare(run_config(small_corpus, tmp_path, tiny_config, init_checkpoint=str(trained)), None)
     assert build(run) == 0
-    checkpoint = tf.train.latest_checkpoint(str(trained / "checkpoints"))
+    tensors, _ = read_checkpoint(latest(str(trained / "checkpoints")))
     kernel = run.model.get_layer("transformer_1").output_dense.kernel
-    np.testing.assert_array_equal(
-        kernel.numpy(),
-        tf.train.load_variable(checkpoint, "model/transformer_1.Soutput.Skernel/.ATTRIBUTES/VARIABLE_VALUE"),
-    )
+    np.testing.assert_array_equal(kernel.numpy(), tensors["model/transformer_1/output/kernel"])
     other = BertConfig.from_json(tiny_config.read_text())
     wrong = tmp_path / "wrong.json"
     wrong.write_text(BertConfig(other.vocab_size, hidden_size=12, num_heads=3, intermediate_size=20,
@@ -185,18 +181,13 @@ def test_grad_accumulation_matches_one_double_batch(small_corpus, tmp_path):
     weights = {}
     for name, config in (("one", one), ("two", two)):
         train(config)
-        checkpoint = tf.train.latest_checkpoint(f"{config.model_dir}/checkpoints")
-        weights[name] = {
-            key: tf.train.load_variable(checkpoint, key) for key, _ in tf.train.list_variables(checkpoint)
-            if key.startswith("model/") and "seed_generator" not in key
-        }  # fmt: skip
+        weights[name], _ = read_checkpoint(latest(f"{config.model_dir}/checkpoints"))
     keras.utils.set_random_seed(0)  # as train() does before building: the common starting point
     start = model_variables(build_pretraining_model(BertConfig.from_json(path.read_text()), 32, 5))
     keys = [key for key in start if not key.startswith("state/")]
-    ckpt = {key: f"model/{key.replace('/', '.S')}/.ATTRIBUTES/VARIABLE_VALUE" for key in keys}
 
     def update(name):
-        return np.concatenate([(weights[name][ckpt[k]] - start[k].numpy()).ravel() for k in keys])
+        return np.concatenate([(weights[name][f"model/{k}"] - start[k].numpy()).ravel() for k in keys])
 
     one, two = update("one"), update("two")
     # Each micro-batch's loss is normalised by its own masked-token count and Keras averages the

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 
+from launch.checkpoints import Checkpoints
 from model.config import BertConfig
 from pipeline.schema import read_manifest
 from tests.conftest import checkpoint_variables
@@ -92,8 +92,7 @@ def logged_step(model_dir: Path) -> int:
 
 
 def checkpointed_step(model_dir: Path) -> int:
-    latest = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    return int(latest.rsplit("-", 1)[1]) if latest else 0
+    return Checkpoints.latest_step(str(model_dir / "checkpoints"))
 
 
 def read_trace(model_dir: Path, pid: int) -> dict[int, str]:
@@ -143,20 +142,34 @@ def kill_at_steps(command, model_dir: Path, targets: list[int], logs: Path, seed
 
 
 def kill_mid_save(process: subprocess.Popen, model_dir: Path) -> int | None:
-    """SIGKILLs the run the moment a checkpoint is being written (TF writes `ckpt-N_temp/` first,
-    then merges it into `ckpt-N.*`); returns N if that checkpoint was left incomplete."""
+    """SIGKILLs the run in the middle of writing its next checkpoint, N; returns N if that
+    checkpoint was left incomplete. The write is caught mid-way for certain, however fast it is:
+    the checkpoint's temporary file (`ckpt-N.safetensors.tmp`) is a FIFO made beforehand, so the
+    writer blocks in it once the pipe is full; the kill lands there, and the FIFO is replaced by
+    the bytes it had taken, as a kill at that moment leaves a real file."""
     folder = model_dir / "checkpoints"
-    while process.poll() is None:
-        try:
-            writing = [name for name in os.listdir(folder) if "_temp" in name]
-        except FileNotFoundError:
-            writing = []
-        if writing:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=60)
-            step = int(writing[0].split("_temp")[0].rsplit("-", 1)[1])
-            return step if checkpointed_step(model_dir) < step else None
-    return None
+    step = (checkpointed_step(model_dir) // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY
+    fifo = folder / f"ckpt-{step}.safetensors.tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    torn = b""
+    try:
+        while process.poll() is None and len(torn) < 4096:
+            try:
+                chunk = os.read(reader, 4096 - len(torn))
+            except BlockingIOError:  # the writer has it open, nothing written yet
+                chunk = b""
+            torn += chunk
+            if not chunk:
+                time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        os.close(reader)
+    fifo.unlink()
+    fifo.write_bytes(torn)
+    return step if torn and checkpointed_step(model_dir) < step else None
 
 
 def assert_same_variables(found_dir: Path, expected_dir: Path, seed) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from launch.checkpoints import latest, read_checkpoint
 from tests.conftest import REPO
 from tests.dask_cluster import loopback_cluster
 from tests.reliability.gcs import GCS, AnonymousGcs, download, objects, upload
@@ -49,10 +49,8 @@ def fetch(gcs: GCS, prefix: str, into: Path) -> Path:
 
 
 def latest_variables(checkpoints: Path) -> dict[str, np.ndarray]:
-    path = tf.train.latest_checkpoint(str(checkpoints))
-    return {
-        n: tf.train.load_variable(path, n) for n, _ in tf.train.list_variables(path) if n.startswith("model/")
-    }
+    tensors, _ = read_checkpoint(latest(str(checkpoints)))
+    return {n: t for n, t in tensors.items() if n.startswith("model/")}
 
 
 def wait(process: subprocess.Popen, log: Path) -> None:
@@ -92,7 +90,7 @@ def test_gs_corpus_training_kill_resume_export(python_docs, tmp_path, report):
         # Training from gs://, checkpoints to gs://, killed once a checkpoint is there, resumed.
         command = pretrain("gs://bertbeam/corpus", "gs://bertbeam/run")
         first = run(command, env, tmp_path / "train0.log")
-        while first.poll() is None and "run/checkpoints/ckpt-10.index" not in objects(
+        while first.poll() is None and "run/checkpoints/ckpt-10.safetensors" not in objects(
             gcs.url, gcs.bucket, "run/checkpoints/"
         ):
             time.sleep(0.2)

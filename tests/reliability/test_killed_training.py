@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import tensorflow as tf
 
+from launch import checkpoints
 from tests.conftest import checkpoint_variables
 from tests.reliability.resume import (
     CHECKPOINT_EVERY,
@@ -98,8 +98,9 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(command, 
     reference, _ = reference
     # A tmpfs for the checkpoints that holds one checkpoint but not a second one beside it (the
     # manager deletes the oldest only after a new one is complete).
-    latest = tf.train.latest_checkpoint(str(reference / "checkpoints"))
-    checkpoint_bytes = sum(p.stat().st_size for p in Path(latest).parent.glob(f"{Path(latest).name}.*"))
+    checkpoint_bytes = (
+        Path(f"{checkpoints.latest(str(reference / 'checkpoints'))}.safetensors").stat().st_size
+    )
     size = (int(1.5 * checkpoint_bytes) // 4096 + 4) * 4096
     model_dir = tmp_path / "run"
     folder = model_dir / "checkpoints"
