@@ -145,11 +145,14 @@ def import_tensorflow():
 
 def to_numpy(value):
     """A variable's or tensor's value on the host. A JAX array replicated over the devices of
-    several processes is not whole on any one of them: its local copy is."""
+    several processes is not whole on any one of them: its local copy is. A `tf.distribute`
+    variable's value is its primary copy (`convert_to_numpy` refuses a mirrored one)."""
     import keras
     import numpy as np
 
     value = getattr(value, "value", value)
     if name() == "jax" and not getattr(value, "is_fully_addressable", True):
         return np.asarray(value.addressable_data(0))
+    if hasattr(value, "numpy"):  # TensorFlow's, a tf.distribute variable's mirrored value too
+        return np.asarray(value.numpy())
     return keras.ops.convert_to_numpy(value)

@@ -67,12 +67,15 @@ class Checkpoints:
         self.folder = folder.rstrip("/")
         self.keep = keep
         self.restore_from = (restore_from or folder).rstrip("/")
-
-    def variables(self) -> dict:
-        return {
+        # Keyed once, here: the head warm-up then sets weights `trainable = False`, which would
+        # move them among the non-trainable variables that `state/<i>` counts.
+        self._variables = {
             **{f"model/{k}": v for k, v in model_variables(self.model).items()},
             **{f"optimizer/{k}": v for k, v in optimizer_variables(self.optimizer).items()},
         }
+
+    def variables(self) -> dict:
+        return self._variables
 
     @staticmethod
     def latest_step(folder: str) -> int:

@@ -313,13 +313,17 @@ class Trace:
         )
         self.write(step, content)
 
+    @staticmethod
+    def digests(content: np.ndarray) -> list[str]:
+        """Each row's digest: its values as little-endian int32, BLAKE2b, 8 bytes in hex."""
+        rows = np.ascontiguousarray(content, "<i4")
+        return [hashlib.blake2b(row.tobytes(), digest_size=8).hexdigest() for row in rows]
+
     def write(self, step: int, content: np.ndarray) -> None:
         if self.end is not None and int(step) >= self.end:
             return
-        rows = np.ascontiguousarray(content, "<i4")
-        digests = ",".join(hashlib.blake2b(row.tobytes(), digest_size=8).hexdigest() for row in rows)
         with open(self.path, "a") as f:
-            f.write(f"{int(step) + self.offset}\t{digests}\n")
+            f.write(f"{int(step) + self.offset}\t{','.join(self.digests(content))}\n")
 
     def tf_on_batch(self, step, batch):
         """The same, as a tf.data map's side effect."""

@@ -26,6 +26,11 @@ def pretraining_model(objective: Objective, bert: BertConfig, manifest: Manifest
     vocab file, and so do the rows past it where the model has more (a padded release's)."""
     tables = MaskingTables.from_vocab(VocabFile.of_corpus(manifest).load())
     beyond = range(len(tables.is_special), bert.vocab_size)
+    if seed is not None:
+        # Keras draws each initializer's and dropout layer's seed from Python's global `random`,
+        # and reading a gs:// file through Beam draws from it too (its retries' jitter): seeded
+        # here, after the last read, the weights are the same wherever the files are.
+        keras.utils.set_random_seed(seed)
     return objective.build(
         bert,
         manifest.seq_len,

@@ -18,7 +18,7 @@ pytest_plugins = ["tests.reliability.summary"]  # the `report` fixture and the s
 # Folders whose modules start first: `make test` hands whole modules to its workers (pytest-xdist's
 # loadscope, so a module's fixtures are built once), and these hold the longest ones (the kill and
 # resume runs: minutes each). Started last, they would leave one worker running alone at the end.
-LONGEST_FIRST = ("tests/reliability/", "tests/launch/")
+LONGEST_FIRST = ("tests/launch/test_jax", "tests/reliability/", "tests/launch/")
 
 
 def pytest_collection_modifyitems(items):

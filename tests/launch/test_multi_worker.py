@@ -130,7 +130,7 @@ def test_a_killed_worker_stops_the_job_in_one_line_and_both_resume_exactly(flags
     uninterrupted, _ = two_workers
     model_dir = tmp_path / "run"
     processes = start_workers(flags, model_dir, tmp_path)
-    while not (model_dir / "checkpoints" / "checkpoint").exists():  # the chief saved step 10
+    while not (model_dir / "checkpoints" / "checkpoints.json").exists():  # the chief saved step 10
         assert all(p.poll() is None for p in processes), (tmp_path / "worker0.log").read_text()[-3000:]
         time.sleep(0.05)
     processes[1].send_signal(signal.SIGKILL)

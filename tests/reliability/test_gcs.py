@@ -128,7 +128,9 @@ def test_gs_corpus_training_kill_resume_export(python_docs, tmp_path, report):
         hf = fetch(gcs, "hf/", tmp_path / "fetched" / "hf")
         assert (hf / "model.safetensors").read_bytes() == (local / "hf" / "model.safetensors").read_bytes()
         relayed = gcs.relay.requests
-        assert relayed > 100  # TF's own GCS client did the training's I/O, through the relay
+        # tf.data read the shards with TF's own GCS client, through the relay; checkpoints, logs
+        # and the export went through pipeline.files (Beam's client, to the emulator directly).
+        assert relayed > 50
 
     report(
         "gs:// end to end on a GCS emulator",
@@ -137,7 +139,7 @@ def test_gs_corpus_training_kill_resume_export(python_docs, tmp_path, report):
         detail=f"corpus gs://→gs:// in {corpus_seconds:.0f}s, byte-identical to a local build; training from "
         f"gs:// SIGKILLed at step {killed_at}, resumed from step {resumed_at}, weights bit-identical to a "
         f"local run; HF export "
-        f"to gs:// identical; {relayed:,} TF requests through the relay",
+        f"to gs:// identical; {relayed:,} requests of tf.data's reads through the relay",
     )
 
 
