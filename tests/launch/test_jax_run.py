@@ -23,6 +23,19 @@ from tests.lazy import torch, transformers
 pytestmark = pytest.mark.slow  # trains end to end, in processes of their own
 
 
+def hf_masked_logits(folder: Path, batch: dict) -> np.ndarray:
+    """transformers' BertForMaskedLM from `folder`: its logits at the batch's masked positions."""
+    hf_model = transformers.BertForMaskedLM.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        logits = hf_model(
+            input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
+            attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
+            token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
+        ).logits.numpy()
+    positions = batch["masked_lm_positions"].astype(np.int64)[:, :, None]
+    return np.take_along_axis(logits, positions, axis=1)
+
+
 @pytest.fixture(scope="module")
 def jax_run(small_corpus, tiny_config, tmp_path_factory) -> tuple[Path, str]:
     """The demo's run on JAX at the test's size: trains, checkpoints, evaluates, plots, exports."""
@@ -97,15 +110,7 @@ def test_a_jax_run_exports_what_transformers_and_tensorflow_load(jax_run, jax_ex
     in_run = keras.saving.load_model(model_dir / "export" / "pretraining.keras")  # the run's own export
     np.testing.assert_allclose(np.asarray(in_run(batch, training=False)["mlm"]), ours, atol=1e-5)
 
-    hf_model = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "hf")).eval()
-    with torch.no_grad():
-        logits = hf_model(
-            input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
-            attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
-            token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
-        ).logits.numpy()
-    positions = batch["masked_lm_positions"].astype(np.int64)[:, :, None]
-    assert np.abs(np.take_along_axis(logits, positions, axis=1) - ours).max() <= 1e-4
+    assert np.abs(hf_masked_logits(tmp_path / "hf", batch) - ours).max() <= 1e-4
 
     word = tf.train.load_variable(
         str(tmp_path / "google" / "bert_model.ckpt"), "bert/embeddings/word_embeddings"
@@ -168,13 +173,5 @@ def test_warm_starts_bf16_and_adapt_on_jax(jax_run, jax_exports, small_corpus, p
     x, _, _ = next(iter(make_dataset(manifest, "validation", InputConfig(2, training=False))))
     batch = {k: np.asarray(v) for k, v in x.items()}
     batch["document_ids"] = batch["input_mask"]
-    hf_model = transformers.BertForMaskedLM.from_pretrained(str(root / "out" / "export")).eval()
-    with torch.no_grad():
-        logits = hf_model(
-            input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
-            attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
-            token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
-        ).logits.numpy()
-    positions = batch["masked_lm_positions"].astype(np.int64)[:, :, None]
     ours = np.asarray(model(batch, training=False)["mlm"])
-    assert np.abs(np.take_along_axis(logits, positions, axis=1) - ours).max() <= 1e-4
+    assert np.abs(hf_masked_logits(root / "out" / "export", batch) - ours).max() <= 1e-4
