@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from common.errors import need
 from pipeline import schema
 from pipeline.reader import masks_numpy, order_numpy
-from pipeline.reader.config import InputConfig
+from pipeline.reader.config import InputConfig, check_request
 from pipeline.reader.records import RecordError, Shard, decode_examples
-from pipeline.reader.shards import InputError, check_shards, corrupt_shard, shard_files
+from pipeline.reader.shards import check_shards, corrupt_shard, shard_files
 from pipeline.schema import Manifest
 
 Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]
@@ -49,28 +48,8 @@ def make_batches(
     the first batch; a record whose bytes do not read is an `InputError` naming its shard."""
     manifests = [manifest] if isinstance(manifest, Manifest) else list(manifest)
     first = manifests[0]
-    masking, batch_size = config.dynamic_masking, config.per_replica_batch_size
-    if masking is not None and masking.stored_units and not first.word_starts:
-        raise InputError(
-            f"{first.path}: dynamic masking by segmenter units needs records with word_starts; "
-            "rebuild the corpus with --word_segmenter"
-        )
-    need(
-        config.training or not skip_batches,
-        "make_dataset: skip_batches is for training streams; evaluation reads every record once",
-        InputError,
-    )
-    if len(manifests) > 1:
-        need(
-            config.training,
-            "make_dataset: a mixture is read for training; evaluate each corpus alone",
-            InputError,
-        )
-        need(
-            rates is not None and len(rates) == len(manifests),
-            "make_dataset: one rate per corpus",
-            InputError,
-        )
+    batch_size = config.per_replica_batch_size
+    check_request(manifests, config, rates, skip_batches)
     features, targets = config.names(first)
     lengths = schema.feature_lengths(first.seq_len, first.max_predictions, first.word_starts)
     columns = {f.name: (f.dtype, lengths[f.name]) for f in schema.features(first.word_starts)}

@@ -125,3 +125,31 @@ class InputConfig:
                 f"{manifest.path}: the model reads {', '.join(found)}, which its records do not hold"
             )
         return features, targets
+
+
+def check_request(manifests: list[Manifest], config: InputConfig, rates, skip_batches: int) -> None:
+    """What either reader refuses before reading, each a one-line `InputError`: segmenter-unit
+    masks without word_starts records, a position in an evaluation pass, a mixture that is not
+    for training or lacks one rate per corpus."""
+    first, masking = manifests[0], config.dynamic_masking
+    if masking is not None and masking.stored_units and not first.word_starts:
+        raise InputError(
+            f"{first.path}: dynamic masking by segmenter units needs records with word_starts; "
+            "rebuild the corpus with --word_segmenter"
+        )
+    need(
+        config.training or not skip_batches,
+        "make_dataset: skip_batches is for training streams; evaluation reads every record once",
+        InputError,
+    )
+    if len(manifests) > 1:
+        need(
+            config.training,
+            "make_dataset: a mixture is read for training; evaluate each corpus alone",
+            InputError,
+        )
+        need(
+            rates is not None and len(rates) == len(manifests),
+            "make_dataset: one rate per corpus",
+            InputError,
+        )

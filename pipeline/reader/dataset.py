@@ -19,12 +19,11 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from common.errors import need
 from pipeline import schema
-from pipeline.reader.config import FEATURE_INPUTS, InputConfig
+from pipeline.reader.config import FEATURE_INPUTS, InputConfig, check_request
 from pipeline.reader.dynamic_masking import remask, unmask
 from pipeline.reader.order import corpus_choices, mixture_starts, seekable_records
-from pipeline.reader.shards import InputError, check_shards, read_shard, shard_files
+from pipeline.reader.shards import check_shards, read_shard, shard_files
 from pipeline.schema import Manifest
 
 __all__ = ["FEATURE_INPUTS", "TARGETS", "InputConfig", "make_dataset"]
@@ -61,30 +60,11 @@ def make_dataset(
     first = manifests[0]
     spec = schema.parsing_spec(first.seq_len, first.max_predictions, first.word_starts)
     seed, masking, batch_size = config.seed, config.dynamic_masking, config.per_replica_batch_size
-    if masking is not None and masking.stored_units and not first.word_starts:
-        raise InputError(
-            f"{first.path}: dynamic masking by segmenter units needs records with word_starts; "
-            "rebuild the corpus with --word_segmenter"
-        )
-    need(
-        config.training or not skip_batches,
-        "make_dataset: skip_batches is for training streams; evaluation reads every record once",
-        InputError,
-    )
+    check_request(manifests, config, rates, skip_batches)
     start = skip_batches * batch_size  # records of this pipeline's stream before the first batch
     if len(manifests) == 1:
         ds = _records(first, split, config, input_context, seed, start)
     else:
-        need(
-            config.training,
-            "make_dataset: a mixture is read for training; evaluate each corpus alone",
-            InputError,
-        )
-        need(
-            rates is not None and len(rates) == len(manifests),
-            "make_dataset: one rate per corpus",
-            InputError,
-        )
         # Corpus i shuffles with seed + i, from the records the first `start` choices took of it.
         starts = mixture_starts(rates, seed, start)
         streams = [
