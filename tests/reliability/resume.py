@@ -172,6 +172,18 @@ def kill_mid_save(process: subprocess.Popen, model_dir: Path) -> int | None:
     return step if torn and checkpointed_step(model_dir) < step else None
 
 
+def kill_in_a_save(command: Command, model_dir: Path, log: Path, segments: list, seed) -> int:
+    """Starts the run and SIGKILLs it inside its next checkpoint write (`kill_mid_save`); appends
+    (pid, the step it resumed from) to `segments` and returns the torn checkpoint's step."""
+    resumed_from = checkpointed_step(model_dir)
+    process = start(command(model_dir), log)
+    torn = kill_mid_save(process, model_dir)
+    assert process.returncode == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
+    assert torn is not None, f"seed {seed}: the kill landed outside the checkpoint write"
+    segments.append((process.pid, resumed_from))
+    return torn
+
+
 def assert_same_variables(found_dir: Path, expected_dir: Path, seed) -> None:
     expected, found = checkpoint_variables(expected_dir), checkpoint_variables(found_dir)
     assert found.keys() == expected.keys()

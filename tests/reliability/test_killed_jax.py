@@ -6,7 +6,6 @@ the batches trained are those of an uninterrupted JAX run, bit for bit."""
 from __future__ import annotations
 
 import random
-import signal
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,11 @@ from tests.reliability.resume import (
     checkpointed_step,
     history,
     kill_at_steps,
-    kill_mid_save,
+    kill_in_a_save,
     kill_seed,
     pretrain_command,
     read_trace,
     run_to_the_end,
-    start,
     trained_batches,
     without_timing,
 )
@@ -47,16 +45,7 @@ def test_a_sigkilled_jax_run_without_tensorflow_resumes_bit_exactly(
     targets = sorted(random.Random(seed).sample(range(12, TRAIN_STEPS - 25), 2))
     resumed = tmp_path / "resumed"
     segments = kill_at_steps(command, resumed, targets, tmp_path, seed)
-    torn = None
-    for n in range(4):  # retried if the save won the race and completed before the signal landed
-        resumed_from = checkpointed_step(resumed)
-        process = start(command(resumed), tmp_path / f"mid_save{n}.log")
-        torn = kill_mid_save(process, resumed)
-        assert process.returncode == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
-        segments.append((process.pid, resumed_from))
-        if torn is not None:
-            break
-    assert torn is not None, "no kill landed inside a checkpoint write in 4 tries"
+    torn = kill_in_a_save(command, resumed, tmp_path / "mid_save.log", segments, seed)
     resumed_from = checkpointed_step(resumed)
     assert resumed_from == torn - CHECKPOINT_EVERY  # the torn one is ignored, the one before is used
     segments.append((run_to_the_end(command, resumed, tmp_path / "final.log"), resumed_from))

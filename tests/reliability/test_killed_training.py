@@ -7,7 +7,6 @@ with space freed, the same command resumes from it and ends with the same weight
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from tests.reliability.resume import (
     checkpointed_step,
     history,
     kill_at_steps,
-    kill_mid_save,
+    kill_in_a_save,
     kill_seed,
     pretrain_command,
     read_trace,
@@ -54,17 +53,8 @@ def test_sigkills_at_random_steps_and_mid_checkpoint_change_nothing(command, ref
     targets = sorted(random.Random(seed).sample(range(12, TRAIN_STEPS - 40), 3))
     resumed = tmp_path / "resumed"
     segments = kill_at_steps(command, resumed, targets, tmp_path, seed)  # (pid, the step it resumed from)
-    # Then mid-save: retried if the save won the race and completed before the signal landed.
-    torn = None
-    for n in range(4):
-        resumed_from = checkpointed_step(resumed)
-        process = start(command(resumed), tmp_path / f"mid_save{n}.log")
-        torn = kill_mid_save(process, resumed)
-        assert process.returncode == -signal.SIGKILL, f"seed {seed}: the run ended before its kill"
-        segments.append((process.pid, resumed_from))
-        if torn is not None:
-            break
-    assert torn is not None, "no kill landed inside a checkpoint write in 4 tries"
+    # Then mid-save.
+    torn = kill_in_a_save(command, resumed, tmp_path / "mid_save.log", segments, seed)
     resumed_from = checkpointed_step(resumed)
     assert resumed_from == torn - CHECKPOINT_EVERY  # the torn one is ignored, the one before is used
     segments.append((run_to_the_end(command, resumed, tmp_path / "final.log"), resumed_from))
