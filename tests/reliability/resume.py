@@ -151,6 +151,9 @@ def kill_mid_save(process: subprocess.Popen, model_dir: Path) -> int | None:
     step = (checkpointed_step(model_dir) // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY
     fifo = folder / f"ckpt-{step}.safetensors.tmp"
     folder.mkdir(parents=True, exist_ok=True)
+    # A kill at an earlier target may have torn this same checkpoint already; the writer would
+    # overwrite its leftover, so the FIFO takes its place.
+    fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     torn = b""
