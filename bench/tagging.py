@@ -5,7 +5,7 @@ scratch on People's Daily NER, softmax and CRF heads, 3 seeds each (issue 37's p
     make bench-tagging           # the same; about an hour and a half on 2 cores, in cells
 
 The grid:
-- **Task**: pd_ner (`pipeline.fetch_corpora pd_ner`: People's Daily 1998, PER / LOC / ORG, a
+- **Task**: pd_ner (`python -m pipeline.fetch_corpora pd_ner`: People's Daily 1998, PER / LOC / ORG, a
   character per line). Fine-tuning reads 2,000 training sentences (a fixed draw), picks its best
   epoch on 1,000 validation sentences (a fixed draw), and reports entity F1 on the whole test
   split (6,575 sentences). Nothing is tuned on test.
@@ -97,7 +97,7 @@ def subsets(data: Path, out: Path) -> dict[str, Path]:
 def span_sets(data: Path, out: Path) -> dict[str, Path]:
     """The same draws as SQuAD 2.0 files: a question per sentence and type (SPAN_QUESTIONS), its
     answers every entity of that type in the sentence, none (unanswerable) where there is none."""
-    from launch.tasks.tagged import read_tagged
+    from launch.finetune.tag.data import read_tagged
 
     folder = out / "pd_ner_span"
     files = {split: folder / f"{split}.json" for split in ("train", "validation", "test")}
@@ -189,7 +189,7 @@ def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratc
     import keras
 
     from launch.finetune import finetune as run_finetune
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
 
     files = subsets(data, out)
     config = FinetuneConfig(
@@ -248,7 +248,7 @@ def finetune_span(name: str, data: Path, out: Path, seed: int, from_scratch: boo
     import keras
 
     from launch.finetune import finetune as run_finetune
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
 
     files = span_sets(data, out)
     config = FinetuneConfig(
@@ -315,7 +315,7 @@ def report(results: dict[str, dict]) -> dict:
 
 
 def main() -> int:
-    from pipeline.fetch_corpora import minilm, pd_ner, zh_news
+    from pipeline.fetch.corpora import minilm, pd_ner, zh_news
 
     out = REPO / "out" / "bench-tagging"
     return command_line(__doc__, CELLS, cells, report, out, fetch=(pd_ner, zh_news, minilm))

@@ -23,11 +23,11 @@ from common.cli import Parser, first_paragraph, run_cli
 from common.errors import BertbeamError
 from launch import backend
 from launch.checkpoints import read_weights
-from launch.inputs import validation_dataset
 from launch.logs import figures
-from launch.models import model_io, pretraining_model
 from launch.run_dir import RunDir
+from launch.run_model import model_io, pretraining_model
 from launch.strategy import KINDS, choose_strategy
+from launch.streams import validation_dataset
 from pipeline.schema import read_manifest
 
 

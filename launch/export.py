@@ -39,8 +39,8 @@ from launch import backend
 from launch.checkpoints import CheckpointError, read_weights
 from launch.config import TrainConfig
 from launch.interop.formats import exporter
-from launch.models import pretraining_model
 from launch.run_dir import RunDir
+from launch.run_model import pretraining_model
 from launch.serving import save_encoder, save_keras
 from model.config import BertConfig
 from model.encoder import encoder_from

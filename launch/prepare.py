@@ -15,11 +15,11 @@ from common.errors import BertbeamError
 from launch import backend
 from launch.checkpoints import CheckpointError, Checkpoints
 from launch.config import TrainConfig
-from launch.data import Corpora, DataError, Phase, parse_phases, parse_sources, resolve, split_head_warmup
-from launch.inputs import dynamic_masking
 from launch.interop.formats import config_beside, read_bert_config
 from launch.run_dir import RunDir
+from launch.sources import Corpora, DataError, Phase, parse_phases, parse_sources, resolve, split_head_warmup
 from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy, describe, is_chief, worker_index
+from launch.streams import dynamic_masking
 from model.config import BertConfig
 from pipeline import files
 from pipeline.schema import Manifest

@@ -42,16 +42,16 @@ from launch import backend
 from launch.checkpoints import Checkpoints, layers_of, out_of_space_is_one_line
 from launch.config import TrainConfig
 from launch.export import export
-from launch.inputs import train_inputs, validation_dataset
 from launch.interop.formats import warm_start
 from launch.interop.grow import grow_into
 from launch.logs import EpochLog, History, figures, plot_loss, read_history
 from launch.mfu import detect_peak_tflops
-from launch.models import model_io, pretraining_model
 from launch.optimizer import build_optimizer
 from launch.prepare import Run, Stage, TrainError, prepare
 from launch.run_dir import BERT_CONFIG, CONFIG, EVAL, LOSS_PLOT, SUMMARY, WARM_START
+from launch.run_model import model_io, pretraining_model
 from launch.strategy import JaxStrategy
+from launch.streams import train_inputs, validation_dataset
 from pipeline import files
 from pipeline.reader.shards import naming_bad_shards
 from pipeline.schema import Manifest

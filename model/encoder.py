@@ -20,7 +20,7 @@ from model.modernbert import attention_ids, modern_blocks
 
 
 # A task model's inputs: each row is one document (its document_ids are its input_mask), so raw
-# text encodes to these three (launch/tasks/text_encoder.py), and serving signatures take them.
+# text encodes to these three (launch/finetune/text_encoder.py), and serving signatures take them.
 TASK_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 

@@ -44,7 +44,6 @@ from pipeline.curation.curate import CurateDocuments, DropRemoved
 from pipeline.curation.quality import Thresholds
 from pipeline.curation.samples import CURATION_DIR, write_removed_samples
 from pipeline.parts import remove_tmp, spill_dir
-from pipeline.release import is_release_folder, read_release
 from pipeline.runners.options import (
     is_dry_run,
     pipeline_options,
@@ -63,7 +62,8 @@ from pipeline.stages.tokenize import TokenizeDocuments
 from pipeline.stages.train_vocab import TrainVocab, write_vocab
 from pipeline.stages.write_shards import WriteShards
 from pipeline.vocab import VocabError, VocabFile, kind_of
-from pipeline.vocab_extension import check_extendable
+from pipeline.vocab.extension import check_extendable
+from pipeline.vocab.release import is_release_folder, read_release
 
 log = logging.getLogger("bertbeam.corpus")
 
@@ -236,7 +236,7 @@ def check_quality_thresholds(cfg: CorpusConfig) -> None:
 def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
     """The given --vocab, checked before the pipeline starts: a sentencepiece .model, Google
     BERT's WordPiece vocab.txt, a Hugging Face tokenizer.json (ModernBERT's BPE), or a released
-    model's folder (`pipeline/release.py`: its vocab, lower-casing and special tokens)."""
+    model's folder (`pipeline/vocab/release.py`: its vocab, lower-casing and special tokens)."""
     if cfg.vocab is None:
         return None
     if is_release_folder(cfg.vocab):

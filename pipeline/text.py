@@ -30,8 +30,40 @@ _SENTENCE_END = re.compile(
     r"[.!?…。！？｡．](?:(?<=[.!?…])[.!?…]*[\"'”’»)\]]*(?=\s)|(?<=[。！？｡．])[。！？｡．]*[」』）”’〕］)]*)"
 )
 
-# Characters that make a piece its own word for whole-word masking: unspaced scripts.
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
+# Unicode's CJK blocks, (first, last) code point: the one definition every rule that treats CJK
+# text apart is built from (masking's words, curation's tokens, BERT's splits, the tagger's words).
+KANA = (0x3040, 0x30FF)  # Hiragana and Katakana
+CJK_SYMBOLS = (0x3000, 0x303F)  # CJK punctuation: 、。「」
+CJK_EXT_A = (0x3400, 0x4DBF)
+CJK_UNIFIED = (0x4E00, 0x9FFF)
+HANGUL = (0xAC00, 0xD7AF)
+CJK_COMPATIBILITY = (0xF900, 0xFAFF)
+FULLWIDTH = (0xFF00, 0xFFEF)
+CJK_EXT_B = (0x20000, 0x2A6DF)
+CJK_EXT_C_D = (0x2A700, 0x2B81F)  # Extensions C and D
+CJK_EXT_E = (0x2B820, 0x2CEAF)
+CJK_COMPATIBILITY_SUPPLEMENT = (0x2F800, 0x2FA1F)
+# BERT's CJK ideographs, each one a word of its own, as `tokenizers`' BertNormalizer (what the
+# pipeline tokenises with) has them: google-research/bert's _is_chinese_char, except that its
+# Extension E starts at U+2B920, not U+2B820 (so 256 of E's characters are not split off). The ids
+# a served string gets must be the pipeline's, so the graph follows `tokenizers`;
+# tests/launch/finetune/test_text_encoder.py holds the graph's splitter (text_encoder.BERT_SPLITS)
+# and the tagger's words to it on every code point.
+BERT_CJK = (CJK_UNIFIED, CJK_EXT_A, CJK_EXT_B, CJK_EXT_C_D, (0x2B920, CJK_EXT_E[1]), CJK_COMPATIBILITY,
+            CJK_COMPATIBILITY_SUPPLEMENT)  # fmt: skip
+# Unspaced scripts: a piece with one of these is a word of its own for whole-word masking.
+UNSPACED = (KANA, CJK_EXT_A, CJK_UNIFIED, CJK_COMPATIBILITY, CJK_SYMBOLS, FULLWIDTH)
+
+
+def char_class(ranges, re2: bool = False) -> str:
+    """The body of a regex character class holding `ranges`: for Python's `re`, or RE2's
+    (TensorFlow's regex ops) with `re2`, whose escapes name code points past the BMP."""
+    if re2:
+        return "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in ranges)
+    return "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in ranges)
+
+
+_CJK = re.compile(f"[{char_class(UNSPACED)}]")
 
 SNIFF_BYTES = 8192
 BINARY_FRACTION = 0.10  # more than this share of bad characters in the first 8 KiB: not text

@@ -49,21 +49,21 @@ def xla_compilation_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def botchan() -> Path:
-    from pipeline.fetch_corpora import botchan as fetch
+    from pipeline.fetch.corpora import botchan as fetch
 
     return fetch(DATA)
 
 
 @pytest.fixture(scope="session")
 def python_docs() -> Path:
-    from pipeline.fetch_corpora import python_docs as fetch
+    from pipeline.fetch.corpora import python_docs as fetch
 
     return fetch(DATA)
 
 
 @pytest.fixture(scope="session")
 def zh_reviews() -> Path:
-    from pipeline.fetch_corpora import zh_reviews as fetch
+    from pipeline.fetch.corpora import zh_reviews as fetch
 
     return fetch(DATA)
 

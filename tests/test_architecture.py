@@ -21,8 +21,11 @@ from common.errors import BertbeamError
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "pipeline", "model", "launch")
 # The rooms inside the packages; the scan must reach each of them.
-ROOMS = ("pipeline/stages", "pipeline/curation", "pipeline/runners", "pipeline/reader", "launch/interop",
-         "launch/tasks", "model/tasks")  # fmt: skip
+ROOMS = ("pipeline/stages", "pipeline/curation", "pipeline/runners", "pipeline/reader", "pipeline/vocab",
+         "pipeline/fetch", "launch/interop", "launch/finetune", "launch/finetune/classify",
+         "launch/finetune/tag", "launch/finetune/span", "model/tasks")  # fmt: skip
+# Each fine-tuning task's folder holds the same steps under the same names.
+TASK_FILES = ("data.py", "encoding.py", "metrics.py", "run.py", "serving.py")
 MAX_LINES = 450
 
 
@@ -60,6 +63,23 @@ def test_the_scan_sees_every_room_and_function_level_imports():
         assert any(path.parent == REPO / room for path in found.values()), room
     assert "launch.logs" in our_imports(REPO / "launch" / "pretrain.py", found)  # inside print_progress
     assert "pipeline.runners.dask_runner" in our_imports(REPO / "pipeline/runners/options.py", found)
+
+
+def test_each_finetuning_task_has_its_room_with_the_same_steps():
+    """`launch/finetune/{classify,tag,span}/`: the reader, the figures, the run and the serving
+    under the same names; nothing of one task imports another's room."""
+    tasks = ("classify", "tag", "span")
+    for task in tasks:
+        assert {p.name for p in (REPO / "launch/finetune" / task).glob("*.py")} >= set(TASK_FILES), task
+    found = modules(("launch",))
+    crossing = sorted(
+        f"{name} imports {other}"
+        for name, path in found.items()
+        if name.startswith("launch.finetune.") and name.split(".")[2] in tasks
+        for other in our_imports(path, found)
+        if other.startswith("launch.finetune.") and other.split(".")[2] in set(tasks) - {name.split(".")[2]}
+    )
+    assert crossing == []
 
 
 def test_no_import_cycle():
@@ -164,7 +184,7 @@ def entry_points() -> list[str]:
 def test_every_command_line_reports_errors_through_run_cli():
     """`python -m` entry points: their main() goes through common.cli.run_cli (one line, exit 2)."""
     assert {"pipeline.build_corpus", "pipeline.curation_report", "launch.pretrain", "launch.export",
-            "launch.finetune"} <= set(entry_points())  # fmt: skip
+            "launch.finetune.__main__"} <= set(entry_points())  # fmt: skip
     for name in entry_points():
         if name == "pipeline.fetch_corpora":  # fetches packages; argparse's own errors suffice
             continue
@@ -179,3 +199,15 @@ def test_every_help_opens_with_a_whole_sentence():
         home = "launch.config" if name == "launch.pretrain" else module.main.__module__
         description = sys.modules[home].parser().description
         assert re.fullmatch(r"[A-Z].*[.!?)]", description, re.S), (name, description)
+
+
+def test_the_model_tests_import_no_launch_code():
+    """tests/model/ checks the Keras models alone (with real tokens from pipeline/ at most):
+    what launch/ adds is tested under tests/launch/."""
+    found = {
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sorted((REPO / "tests" / "model").rglob("*.py"))
+        for name in imports(path)
+        if name.split(".")[0] == "launch"
+    }
+    assert found == set()

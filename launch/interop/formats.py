@@ -39,8 +39,8 @@ from model.electra import generator_config
 from model.encoder import weights_by_path
 from model.pretraining import Objective
 from pipeline import files
-from pipeline.release import model_folder
 from pipeline.vocab import VocabError, VocabFile
+from pipeline.vocab.release import model_folder
 
 HF_PREFIX = "hf:"  # --init_checkpoint hf:DIR: a Hugging Face BERT, ELECTRA or ModernBERT folder
 

@@ -108,12 +108,14 @@ def save_hf(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder:
 
 
 def save_hf_task(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, folder: str, *, head: str,
-                 architecture: str, hf_head: str, config: dict | None = None) -> None:  # fmt: skip
+                 architecture: str, hf_head: str, config: dict | None = None,
+                 pooler: bool = False) -> None:  # fmt: skip
     """A fine-tuned task model (`model/tasks/`) as transformers' `architecture`: the encoder's
-    weights under `bert.`, the dense layer `head` as `hf_head` (its kernel transposed, as every
-    Linear), `config` added to config.json: a softmax tagger as BertForTokenClassification
-    (`classifier`), a span extractor as BertForQuestionAnswering (`qa_outputs`). A CRF has no
-    place there: transformers' token head is per token."""
+    weights under `bert.` (the pooler too with `pooler`), the dense layer `head` as `hf_head` (its
+    kernel transposed, as every Linear), `config` added to config.json: a [CLS] classifier as
+    BertForSequenceClassification (`classifier`, on the pooler), a softmax tagger as
+    BertForTokenClassification (`classifier`), a span extractor as BertForQuestionAnswering
+    (`qa_outputs`). A CRF has no place there: transformers' token head is per token."""
     if "crf" in {layer.name for layer in model.layers}:
         raise HFCheckpointError(
             "a CRF tagger: transformers' BertForTokenClassification has no CRF to hold it"
@@ -122,7 +124,7 @@ def save_hf_task(model: keras.Model, bert: BertConfig, vocab_file: VocabFile, fo
     rows = [
         m
         for m in mappings(encoder)
-        if m.google.startswith("bert/") and not m.google.startswith("bert/pooler/")
+        if m.google.startswith("bert/") and (pooler or not m.google.startswith("bert/pooler/"))
     ]
     tensors = tensors_of(encoder, hf_rows(rows))
     dense = model.get_layer(head)

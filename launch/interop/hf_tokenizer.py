@@ -1,6 +1,6 @@
 """The Hugging Face tokenizer files of a vocab: tokenizer.json and tokenizer_config.json that
 `transformers.AutoTokenizer` loads and that tokenize as the corpus did. (A release folder's vocab,
-read back, is `pipeline/release.py`: the corpus builder reads it too.)
+read back, is `pipeline/vocab/release.py`: the corpus builder reads it too.)
 
     tokenizer_files(vocab_file, max_position)    # {"tokenizer.json": ..., "tokenizer_config.json": ...}
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from pipeline.release import TOKENIZER_CONFIG
-from pipeline.spm_proto import CONTROL, UNIGRAM, model_proto_class
 from pipeline.vocab import SPECIAL_PIECES, SentencePieceVocab, VocabFile
+from pipeline.vocab.release import TOKENIZER_CONFIG
+from pipeline.vocab.spm_proto import CONTROL, UNIGRAM, model_proto_class
 
 TOKENIZER_CLASS = {
     "wordpiece": "BertTokenizer",

@@ -4,7 +4,7 @@
     model.compile(loss=CRFLoss(crf), ...)        # the negative log-likelihood, through compile
     labels = crf.decode(emissions, mask)          # (B, T) best path; -1 where mask is off
 
-Labels sit on some positions only (a word's first piece: `launch/tasks/alignment.py`), so the
+Labels sit on some positions only (a word's first piece: `launch/finetune/tag/alignment.py`), so the
 chain runs over those: `compact` moves the labelled positions of each row to its front, in order,
 by a gather whose indices come from a running count (not a one-argument `where`: XLA and TPUs need
 the shape known before the data). Past a row's length the scores are carried through unchanged,
@@ -21,8 +21,7 @@ import keras
 from keras import ops
 
 from model.layers import PACKAGE
-
-IGNORE = -1  # a position without a label (launch/tasks/alignment.py writes it)
+from model.tasks import IGNORE
 
 
 def compact(values, mask):
@@ -31,9 +30,8 @@ def compact(values, mask):
     slots = ops.arange(ops.shape(mask)[1])
     slot_of = ops.cumsum(ops.cast(mask, "int32"), axis=1) - 1  # (B, T): each masked position's slot
     # The position that fills each slot, from a (B, slot, position) comparison: T**2 compares per
-    # row, where an argsort would do. An XLA sort in the train step made each dropout's random
-    # bits cost several times more on CPU: the tiny tagger's step took 0.9 s with it, 0.13 s
-    # without (and 0.12 s with no CRF at all), MiniLM's 9.6 s against about 2.
+    # row, where an argsort would do; an XLA sort in the train step made the step several times
+    # slower on CPU (docs/benchmarks/tagging.md, "The CRF's step", has the timings).
     fills = ops.logical_and(mask[:, None, :], slot_of[:, None, :] == slots[None, :, None])
     source = ops.sum(ops.where(fills, slots[None, None, :], 0), axis=2)  # (B, T)
     index = ops.reshape(source, (*ops.shape(source), *([1] * (len(values.shape) - 2))))

@@ -1,8 +1,9 @@
-"""ModernBERT's token-task head: what transformers' ModernBertForTokenClassification and
-ModernBertForQuestionAnswering put between the encoder and the scores (their
-`ModernBertPredictionHead`): a dense H -> H without bias, the encoder's activation, a norm without
-bias. A tagger or span extractor on a ModernBERT encoder has it, so that its Hugging Face export is
-theirs, weight for weight; BERT's token heads (BertForTokenClassification) have none.
+"""ModernBERT's task head: what transformers' ModernBertForSequenceClassification,
+ModernBertForTokenClassification and ModernBertForQuestionAnswering put between the encoder (or
+the pooling) and the scores (their `ModernBertPredictionHead`): a dense H -> H without bias, the
+encoder's activation, a norm without bias. A classifier, tagger or span extractor on a ModernBERT
+encoder has it, so that its Hugging Face export is theirs, weight for weight; BERT's heads have
+none.
 
 Shapes: B batch, T sequence (seq_len), H hidden.
 """
@@ -19,7 +20,8 @@ LAYERS = ("task_transform", "task_norm")  # what it adds to a task model, fresh
 
 
 def prediction_head(x, config: BertConfig | None, seed: int):
-    """(B, T, H) -> (B, T, H): the head above where `config` is a ModernBERT's, else `x` as it is."""
+    """(..., H) -> (..., H): the head above where `config` is a ModernBERT's, else `x` as it is
+    (every position's output for a token task, the pooled one for the classifier)."""
     if config is None or not config.modern:
         return x
     h = keras.layers.Dense(

@@ -28,3 +28,10 @@ def build_span_model(encoder: keras.Model, dropout: float, seed: int,
         name="span",
     )(x)
     return keras.Model(inputs, {"start": scores[..., 0], "end": scores[..., 1]}, name="bert_span")
+
+
+def compile_span_model(model: keras.Model, optimizer, jit_compile: bool = True) -> None:
+    """Cross-entropy of the start position and of the end position, summed (run_squad averages
+    them: the same gradients at half the scale, which AdamW does not see)."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=optimizer, loss={"start": loss, "end": loss}, jit_compile=jit_compile)

@@ -11,7 +11,8 @@ import keras
 
 from model.config import BertConfig
 from model.encoder import task_sequence
-from model.tasks.crf import CRF
+from model.tasks import IGNORE
+from model.tasks.crf import CRF, CRFLoss
 from model.tasks.head import prediction_head
 
 
@@ -31,3 +32,14 @@ def build_tagger(encoder: keras.Model, num_labels: int, dropout: float, seed: in
     if crf:
         scores = CRF(num_labels, name="crf")(scores)
     return keras.Model(inputs, scores, name="bert_tagger")
+
+
+def compile_tagger(model: keras.Model, optimizer, jit_compile: bool = True) -> None:
+    """A CRF tagger's loss is the CRF's negative log-likelihood; a softmax tagger's the
+    cross-entropy of each labelled piece. IGNORE (the pieces after a word's first, [CLS], [SEP],
+    padding) counts in neither."""
+    if "crf" in {layer.name for layer in model.layers}:
+        loss = CRFLoss(model.get_layer("crf"))
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)

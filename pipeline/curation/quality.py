@@ -29,10 +29,10 @@ import re
 import numpy as np
 
 from pipeline.curation import minhash, tokens
-from pipeline.text import split_sentences
+from pipeline.text import char_class, split_sentences
 
 FILTERS = ("gopher", "c4")
-_CJK = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in tokens.CJK_RANGES)
+_CJK = char_class(tokens.CJK_RANGES)
 _TOKENS = re.compile(rf"[{_CJK}]|[^\s{_CJK}\W]+|[^\w\s]+")  # a CJK character, a word, or punctuation
 _CJK_CHAR = re.compile(rf"[{_CJK}]")
 _PARAGRAPHS = re.compile(r"\n{2,}")

@@ -20,10 +20,11 @@ import functools
 
 import numpy as np
 
+from pipeline import text
 from pipeline.curation import minhash
 
 SPACE, WORD, PUNCT, CJK_WORD, CJK_OTHER = range(5)
-CJK_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF))
+CJK_RANGES = (text.KANA, text.CJK_EXT_A, text.CJK_UNIFIED, text.HANGUL, text.CJK_COMPATIBILITY)
 _POINTS = 0x110000
 
 

@@ -42,7 +42,7 @@ def make_dataset(
     """A dataset of static-shape batches of `split` for `model.fit`; see the module docstring.
 
     `manifest` is one corpus, or several that agree on vocab, shapes and features (a mixture,
-    `launch/data.py` checks them), for training: each record's corpus is drawn at `rates` (per
+    `launch/sources.py` checks them), for training: each record's corpus is drawn at `rates` (per
     example, seeded: `order.corpus_choices`). Evaluation reads one corpus per dataset.
 
     The shards are checked against the manifest first (missing, truncated or replaced: a one-line

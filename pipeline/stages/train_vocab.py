@@ -16,7 +16,7 @@ from pipeline.keys import content_key, seeded_key
 from pipeline.schema import CURATION_STAGES, curation_summary
 from pipeline.stages.stats import BadInputError
 from pipeline.vocab import VocabFile, train_sentencepiece, train_wordpiece
-from pipeline.vocab_extension import extend_vocab
+from pipeline.vocab.extension import extend_vocab
 
 log = logging.getLogger("bertbeam.corpus")
 

@@ -111,8 +111,8 @@ def test_the_export_loads_in_transformers_with_the_same_logits(adapted, python_d
 
 
 def test_fine_tuning_reads_the_export(adapted):
-    from launch.finetune import pretrained
-    from launch.tasks.config import FinetuneConfig
+    from launch.finetune.config import FinetuneConfig
+    from launch.finetune.pretrained import pretrained
     from model.encoder import build_encoder
 
     root, _, _ = adapted

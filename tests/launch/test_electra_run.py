@@ -14,7 +14,8 @@ import tensorflow as tf
 from launch.checkpoints import latest, read_checkpoint
 from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as
-from launch.finetune import finetune, pretrained
+from launch.finetune import finetune
+from launch.finetune.pretrained import pretrained
 from launch.train import train
 from model.encoder import build_encoder
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture

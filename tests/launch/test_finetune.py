@@ -20,16 +20,18 @@ import tensorflow as tf
 from common.errors import BertbeamError, ConfigError
 from launch.evaluate import evaluate_corpus
 from launch.export import export_as
-from launch.finetune import finetune, pretrained
-from launch.tasks.config import FinetuneConfig
-from launch.tasks.labelled import LabelledFormat, read_examples
-from launch.tasks.text_encoder import TextEncoder, truncate
+from launch.finetune import finetune
+from launch.finetune.classify.data import LabelledDataError, LabelledFormat, read_examples
+from launch.finetune.config import FinetuneConfig
+from launch.finetune.pretrained import pretrained
+from launch.finetune.text_encoder import TextEncoder, truncate
 from launch.train import train
 from model.encoder import build_encoder
-from pipeline.fetching import split_of
+from pipeline.fetch.staging import labelled_split_of
 from pipeline.vocab import VocabFile, train_wordpiece
 from tests.conftest import DATA, build
 from tests.launch.test_pretrain import run_config
+from tests.lazy import torch, transformers
 
 TOPICS = ("asyncio", "email", "tkinter")
 EVAL_KEYS = {
@@ -47,14 +49,14 @@ EVAL_KEYS = {
 
 @pytest.fixture(scope="module")
 def rt_reviews():
-    from pipeline.fetch_corpora import rt_reviews as fetch
+    from pipeline.fetch.corpora import rt_reviews as fetch
 
     return fetch(DATA)
 
 
 @pytest.fixture(scope="module")
 def zh_sentiment():
-    from pipeline.fetch_corpora import zh_sentiment as fetch
+    from pipeline.fetch.corpora import zh_sentiment as fetch
 
     return fetch(DATA)
 
@@ -77,7 +79,7 @@ def topics(python_docs, tmp_path_factory) -> Path:
     rows = {"train": [], "validation": [], "test": []}
     for topic in TOPICS:
         for text in paragraphs(python_docs, topic)[:260]:
-            rows[split_of(text)].append((text, topic))
+            rows[labelled_split_of(text)].append((text, topic))
     for split, items in rows.items():
         random.Random(split).shuffle(items)
         (folder / f"{split}.jsonl").write_text(
@@ -188,12 +190,16 @@ def test_bad_rows_are_counted_and_nothing_valid_is_lost(tmp_path):
         '{"text": "unseen", "label": "c"}\n',
         encoding="utf-8",
     )
-    ex = read_examples(str(jsonl), LabelledFormat(), keep_labels=["a", "b"])
+    with pytest.raises(LabelledDataError, match=r"t\.jsonl: line 3: not JSON \(--on_bad_row skip"):
+        read_examples(str(jsonl), LabelledFormat(), keep_labels=["a", "b"])  # on_bad_row="error", the default
+    ex = read_examples(str(jsonl), LabelledFormat(), keep_labels=["a", "b"], on_bad_row="skip")
     assert ex.texts == ["fine", "keeps a line\u2028separator"] and ex.labels == ["a", "b"]
     assert ex.bad_rows == {"empty text": 1, "label not in training": 1, "missing text": 1, "not JSON": 1}
     tsv = tmp_path / "t.tsv"
     tsv.write_text('s1\ts2\tlabel\n"quoted"\tb\t1\nonly two\tcolumns\nx\t\t0\nx\ty\t\n', encoding="utf-8")
-    ex = read_examples(str(tsv), LabelledFormat(text_field="s1", text_pair_field="s2"))
+    with pytest.raises(LabelledDataError, match=r"t\.tsv: line 3: wrong column count"):
+        read_examples(str(tsv), LabelledFormat(text_field="s1", text_pair_field="s2"))
+    ex = read_examples(str(tsv), LabelledFormat(text_field="s1", text_pair_field="s2"), on_bad_row="skip")
     assert (ex.texts, ex.pairs, ex.labels) == (['"quoted"'], ["b"], ["1"])
     assert ex.bad_rows == {"empty label": 1, "empty text": 1, "wrong column count": 1}
     csv_file = tmp_path / "t.csv"
@@ -237,6 +243,9 @@ def test_fine_tuning_learns_the_task_and_writes_its_figures(run, topic_run):
     assert max(h["val_accuracy"] for h in history) == pytest.approx(results["accuracy"], abs=1e-6)
     assert (out / "confusion.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "config.json").read_text())["labels"] == sorted(TOPICS)
+    # mean pooling (auto: this run's pooler never trained) has no BertForSequenceClassification
+    # form, which reads the pooler: no hf/ (one line said why; the pair task below has one)
+    assert results["recipe"]["pooling"] == "mean" and not (out / "hf").exists()
 
 
 @pytest.mark.slow
@@ -285,16 +294,33 @@ def test_a_pair_task_from_tsv_with_bad_rows_counted(run, topics, tmp_path):
             text_pair_field="second",
             epochs=1,
             name="pairs",
+            on_bad_row="skip",
+            pooling="cls",
         )  # fmt: skip
     )
-    results = json.loads((Path(result["output"]) / "eval.json").read_text())
+    out = Path(result["output"])
+    results = json.loads((out / "eval.json").read_text())
     assert results["bad_rows"]["train"] == {"empty text": 1, "wrong column count": 1}
     assert set(results["per_class"]) == {"same", "different"}
-    served = tf.saved_model.load(str(Path(result["output"]) / "serving"))
+    served = tf.saved_model.load(str(out / "serving"))
     answer = served.signatures["serving_default"](
         text=tf.constant(["a", "b"]), text_pair=tf.constant(["c", "d"])
     )
     assert answer["probabilities"].shape == (2, 2)
+    # [CLS] pooling: transformers' BertForSequenceClassification, segment ids and pooler included
+    pairs = read_examples(str(topics / "pairs-test.tsv"), LabelledFormat("first", "second"))
+    ids = TextEncoder(pretrained(config(run, topics)).vocab_file, 32).encode_all(pairs.texts, pairs.pairs)
+    expected = keras.saving.load_model(out / "classifier.keras").predict(ids, verbose=0)
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(out / "hf")).eval()
+    assert [hf.config.id2label[i] for i in range(2)] == json.loads((out / "config.json").read_text())[
+        "labels"
+    ]
+    names = {"input_ids": "input_ids", "input_mask": "attention_mask", "segment_ids": "token_type_ids"}
+    with torch.no_grad():
+        theirs = hf(**{names[k]: torch.from_numpy(v.astype(np.int64)) for k, v in ids.items()}).logits.numpy()
+    assert ids["segment_ids"].any()  # (one epoch from a tiny run: the logits vary little by row;
+    # tests/launch/interop/test_hf_bert.py holds the mapping with every weight random)
+    np.testing.assert_allclose(theirs, expected, atol=1e-4)
 
 
 @pytest.mark.slow

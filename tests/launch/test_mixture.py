@@ -15,9 +15,9 @@ import tensorflow as tf
 
 from launch.checkpoints import optimizer_variables, read_checkpoint
 from launch.config import TrainConfig
-from launch.inputs import Trace
 from launch.optimizer import WarmupLinearDecay
 from launch.prepare import TrainError, prepare
+from launch.streams import Trace
 from launch.train import build, train
 from model.config import BertConfig
 from pipeline.reader.dataset import InputConfig, make_dataset
@@ -43,7 +43,7 @@ def config(model_dir: Path, data: str, bert: Path, **overrides) -> TrainConfig:
 
 
 def fingerprints(folder: Path) -> set[str]:
-    """The trace's fingerprint of every train record of a corpus (as launch/inputs.py computes it)."""
+    """The trace's fingerprint of every train record of a corpus (as launch/streams.py computes it)."""
     manifest = read_manifest(str(folder))
     found = set()
     for features, labels, _ in make_dataset(manifest, "train", InputConfig(1, training=False)):

@@ -15,14 +15,14 @@ import pytest
 from launch.evaluate import evaluate_corpus
 from launch.export import ExportError, export_as, restore
 from launch.finetune import finetune
-from launch.tasks.config import FinetuneConfig
+from launch.finetune.config import FinetuneConfig
 from launch.train import train
 from model.config import BertConfig
 from pipeline.reader.dataset import InputConfig, make_dataset
 from pipeline.schema import read_manifest
 from pipeline.vocab import VocabFile
+from tests.launch.finetune.test_tag_encoding import botchan_examples
 from tests.launch.interop.test_hf_bert import load_quietly
-from tests.launch.tasks.test_tagging import botchan_examples
 from tests.launch.test_finetune import config, topics  # noqa: F401 - the labelled topics fixture
 from tests.launch.test_pretrain import run_config
 from tests.lazy import torch, transformers
@@ -105,7 +105,9 @@ def test_the_hf_export_gives_the_runs_logits_in_transformers(modern_run, small_c
 def test_fine_tuning_uses_mean_pooling_and_learns(modern_run, topics):  # noqa: F811
     result = finetune(config(modern_run, topics, epochs=3, export=False))
     results = json.loads((Path(result["output"]) / "eval.json").read_text())
-    assert results["recipe"]["pooling"] == "mean" and results["recipe"]["fresh"] == ["classifier"]
+    # ModernBERT's dense-and-norm head before the scores, as ModernBertForSequenceClassification has it
+    assert results["recipe"]["pooling"] == "mean"
+    assert results["recipe"]["fresh"] == ["task_transform", "task_norm", "classifier"]
     assert results["test"]["accuracy"] > 0.4  # three topics: chance is about 0.33
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -15,8 +16,9 @@ import pytest
 import tensorflow as tf
 
 from launch.finetune import finetune
-from launch.tasks.config import FinetuneConfig
-from launch.tasks.squad import read_squad, span_scores
+from launch.finetune.config import FinetuneConfig
+from launch.finetune.span.data import read_squad
+from launch.finetune.span.metrics import span_scores
 from tests.releases import write_release
 
 pytestmark = pytest.mark.slow  # trains a model
@@ -38,7 +40,11 @@ def squad(sentences: list[str], start: int) -> dict:
 
 @pytest.fixture(scope="module")
 def files(botchan, botchan_wordpiece, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("span")
+    return span_files(tmp_path_factory.mktemp("span"), botchan, botchan_wordpiece)
+
+
+def span_files(folder: Path, botchan: Path, botchan_wordpiece: Path) -> Path:
+    """SQuAD 2.0 train, validation and test files (questions for a name, some unanswerable); a release."""
     text = " ".join(botchan.read_text(encoding="utf-8").split())
     sentences = [s for s in re.split(r"(?<=[.!?]) ", text) if 40 < len(s) < 400]
     named = [s for s in sentences if len(NAME.findall(s)) == 1][:360]

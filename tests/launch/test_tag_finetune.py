@@ -6,6 +6,7 @@ and the raw-string SavedModel scores what evaluation scored."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -13,12 +14,12 @@ import pytest
 import tensorflow as tf
 
 from launch.finetune import finetune
-from launch.tasks.config import FinetuneConfig
-from launch.tasks.tagged import read_tagged, words_of
-from launch.tasks.tagging import tag_figures
+from launch.finetune.config import FinetuneConfig
+from launch.finetune.tag.data import read_tagged, words_of
+from launch.finetune.tag.metrics import tag_figures
 from pipeline.vocab import VocabFile
-from tests.launch.tasks.test_tag_serving import served_entities
-from tests.launch.tasks.test_tagging import botchan_examples
+from tests.launch.finetune.test_tag_encoding import botchan_examples
+from tests.launch.finetune.test_tag_serving import served_entities
 from tests.releases import write_release
 
 pytestmark = pytest.mark.slow  # trains two taggers
@@ -26,8 +27,11 @@ pytestmark = pytest.mark.slow  # trains two taggers
 
 @pytest.fixture(scope="module")
 def files(botchan, botchan_wordpiece, tmp_path_factory):
+    return tag_files(tmp_path_factory.mktemp("tag"), botchan, botchan_wordpiece)
+
+
+def tag_files(folder: Path, botchan: Path, botchan_wordpiece: Path) -> Path:
     """train (JSONL with offsets), validation (CoNLL), test (JSONL tokens and tags); a release."""
-    folder = tmp_path_factory.mktemp("tag")
     examples = botchan_examples(botchan, 1000)  # all of them: 413
     parts = {"train": examples[:260], "validation": examples[260:330], "test": examples[330:]}
     offsets = [{"text": e.text, "entities": [{"start": s, "end": t, "label": k} for k, s, t in e.entities]}

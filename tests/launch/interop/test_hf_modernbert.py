@@ -25,6 +25,7 @@ from launch.interop.hf_modernbert import (
 from model.config import BertConfig
 from model.encoder import TASK_INPUTS, build_encoder
 from model.masked_lm import build_pretraining_model
+from model.tasks.classifier import build_classifier
 from model.tasks.span import build_span_model
 from model.tasks.tagger import build_tagger
 from pipeline import text
@@ -231,16 +232,27 @@ def task_logits(hf_model, batch):
         )
 
 
-@pytest.mark.parametrize("task", ["tag", "span"])
-def test_a_tagger_and_a_span_extractor_export_as_transformers_task_models(wordpiece, batch, tmp_path, task):
+@pytest.mark.parametrize("task", ["classify", "tag", "span"])
+def test_a_classifier_tagger_and_span_extractor_export_as_transformers_task_models(wordpiece, batch, tmp_path,
+                                                                                  task):  # fmt: skip
     """Every weight placed (ModernBERT's task head included: without it the logits differ), the
-    labels in the config, and per-token logits within 1e-4 of ours on real tokens."""
+    labels in the config (and the classifier's pooling), and logits within 1e-4 of ours (per text,
+    or per real token)."""
     bert = modern_config(wordpiece.load().size, hidden_act="gelu_approximate")
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-    if task == "tag":
+    names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+    if task == "classify":
+        classifier = build_classifier(
+            build_encoder(bert, T), len(labels), 0.1, seed=3, pooling="mean", config=bert
+        )
+        model = randomized(classifier, seed=4)
+        save_hf_modernbert_task(model, bert, wordpiece, str(tmp_path / "hf"), scores="classifier",
+                                architecture="ModernBertForSequenceClassification",
+                                config=names | {"classifier_pooling": "mean"})  # fmt: skip
+        cls = transformers.ModernBertForSequenceClassification
+    elif task == "tag":
         tagger = build_tagger(build_encoder(bert, T), len(labels), 0.1, seed=3, config=bert)
         model = randomized(tagger, seed=4)
-        names = {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
         save_hf_modernbert_task(model, bert, wordpiece, str(tmp_path / "hf"), scores="tagger",
                                 architecture="ModernBertForTokenClassification", config=names)  # fmt: skip
         cls = transformers.ModernBertForTokenClassification
@@ -255,12 +267,18 @@ def test_a_tagger_and_a_span_extractor_export_as_transformers_task_models(wordpi
 
     ours = model({name: batch[name] for name in TASK_INPUTS}, training=False)
     theirs = task_logits(hf_model, batch)
-    if task == "tag":
+    if task == "classify":  # one row of logits per text: its "real tokens" are its labels
+        assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
+        ours, hf = np.asarray(ours), theirs.logits.numpy()
+        assert ours.shape == hf.shape and np.abs(ours).max() > 1.0
+        assert np.abs(ours - hf).max() <= TOLERANCE
+        pairs = [(ours, hf)]
+    elif task == "tag":
         assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
         pairs = [(np.asarray(ours), theirs.logits.numpy())]
     else:
         pairs = [(np.asarray(ours[k]), getattr(theirs, f"{k}_logits").numpy()) for k in ("start", "end")]
-    for mine, hf in pairs:
+    for mine, hf in pairs if task != "classify" else []:  # per token: the real ones only
         mine, hf = mine.reshape(*batch["input_mask"].shape, -1), hf.reshape(*batch["input_mask"].shape, -1)
         assert np.abs(mine).max() > 1.0
         assert real_difference(mine, hf, batch) <= TOLERANCE
@@ -268,7 +286,10 @@ def test_a_tagger_and_a_span_extractor_export_as_transformers_task_models(wordpi
     # the comparison can fail: the same folder without the head's norm is another model
     model.get_layer("task_norm").gamma.assign(np.ones(H, np.float32))
     changed = model({name: batch[name] for name in TASK_INPUTS}, training=False)
-    changed = np.asarray(changed if task == "tag" else changed["start"])
+    changed = np.asarray(changed["start"] if task == "span" else changed)
+    if task == "classify":
+        assert np.abs(changed - pairs[0][1]).max() > 100 * TOLERANCE
+        return
     changed = changed.reshape(*batch["input_mask"].shape, -1)
     assert real_difference(changed, pairs[0][1].reshape(changed.shape), batch) > 100 * TOLERANCE
 

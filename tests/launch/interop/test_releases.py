@@ -18,9 +18,9 @@ from launch.interop.grow import grow_into
 from model.encoder import weights_by_path
 from model.masked_lm import build_pretraining_model
 from pipeline import text
-from pipeline.release import read_release
 from pipeline.vocab import VocabError
-from pipeline.vocab_extension import base_pieces, extend_wordpiece
+from pipeline.vocab.extension import base_pieces, extend_wordpiece
+from pipeline.vocab.release import read_release
 from tests.lazy import transformers
 from tests.releases import model_dir_of, write_release
 
@@ -190,7 +190,7 @@ def test_head_warmup_mistakes_are_one_line(flags, message):
 
 
 def test_head_warmup_splits_the_phase_and_the_data_runs_on():
-    from launch.data import Phase, split_head_warmup
+    from launch.sources import Phase, split_head_warmup
 
     phases = [Phase(128, 0, 90), Phase(512, 90, 100)]
     assert split_head_warmup(phases, 0) == phases
@@ -215,7 +215,7 @@ def test_a_google_release_folder_is_read_by_its_name(botchan_wordpiece, tmp_path
 
 def test_a_sentencepiece_vocab_is_extended_by_appending_used_pieces(botchan_vocab, python_docs):
     from pipeline.vocab import VocabFile
-    from pipeline.vocab_extension import extend_vocab
+    from pipeline.vocab.extension import extend_vocab
 
     base = VocabFile("sentencepiece", botchan_vocab.read_bytes())
     docs = (python_docs / "library" / "functions.rst.txt").read_text(encoding="utf-8")
