@@ -203,6 +203,11 @@ def run(task: Task) -> dict:
     }
 
 
+def label_config(labels: list[str]) -> dict:
+    """transformers' config entries for a task's label names, in id order."""
+    return {"id2label": dict(enumerate(labels)), "label2id": {k: i for i, k in enumerate(labels)}}
+
+
 # === The loop's parts ===
 
 

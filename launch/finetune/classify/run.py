@@ -23,7 +23,7 @@ from launch.finetune.classify.data import label_names, read_examples
 from launch.finetune.classify.encoding import encode_texts
 from launch.finetune.classify.metrics import figures, plot_confusion
 from launch.finetune.config import FinetuneError
-from launch.finetune.skeleton import Task, full_batches
+from launch.finetune.skeleton import Task, full_batches, label_config
 from model.tasks.classifier import build_classifier, compile_classifier, default_pooling
 
 
@@ -143,11 +143,8 @@ class ClassifyTask(Task):
         return None
 
     def hf_config(self) -> dict:
-        names = {
-            "id2label": dict(enumerate(self.names)),
-            "label2id": {k: i for i, k in enumerate(self.names)},
-        }
-        return names | ({"classifier_pooling": self.pooling} if self.source.bert.modern else {})
+        pooling = {"classifier_pooling": self.pooling} if self.source.bert.modern else {}
+        return label_config(self.names) | pooling
 
     def _batches(self, split: str, weighted: bool = False):
         """The split's examples in order, in full batches; `weighted`: with the label ids and

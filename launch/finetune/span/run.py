@@ -26,6 +26,7 @@ from launch.finetune.span.data import read_squad
 from launch.finetune.span.encoding import SpanData, best_answers, encode_spans
 from launch.finetune.span.metrics import span_scores
 from model.tasks.span import build_span_model, compile_span_model
+from pipeline.files import write_atomically
 
 
 class SpanTask(Task):
@@ -84,8 +85,6 @@ class SpanTask(Task):
         return span_scores(answers, data.examples, self.config.span_metric) | {"windows": len(data)}
 
     def write_extras(self, out: str, results: dict) -> None:
-        from pipeline.files import write_atomically
-
         write_atomically(f"{out}/errors.jsonl", self.errors)
 
     def headline(self, figures: dict) -> dict:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 
 from launch.finetune.config import FinetuneError
-from launch.finetune.skeleton import Task
+from launch.finetune.skeleton import Task, label_config
 from launch.finetune.tag.data import read_tagged
 from launch.finetune.tag.encoding import decoded_labels, decoder, encode_tagged, predicted_entities
 from launch.finetune.tag.metrics import EntityF1, error_samples, tag_figures
@@ -116,7 +116,4 @@ class TagTask(Task):
         )
 
     def hf_config(self) -> dict:
-        return {
-            "id2label": dict(enumerate(self.labels)),
-            "label2id": {k: i for i, k in enumerate(self.labels)},
-        }
+        return label_config(self.labels)
