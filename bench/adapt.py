@@ -259,7 +259,7 @@ def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_ra
     config = FinetuneConfig(
         train=str(train_examples(task, data, out)), validation=str(task_file(task, "validation", data)),
         test=str(task_file(task, "test", data)), output=str(out / "finetune" / name),
-        seq_len=TASKS[task]["seq_len"], epochs=FT_EPOCHS, learning_rate=learning_rate,
+        seq_len=TASKS[task]["seq_len"], epochs=FT_EPOCHS, patience=0, learning_rate=learning_rate,
         global_batch_size=FT_BATCH, pooling="mean", strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
     return CELLS.finetune(name, config)

@@ -45,13 +45,15 @@ class Cells:
     def results(self) -> dict[str, dict]:
         return {p.stem: json.loads(p.read_text())["result"] for p in sorted(self.folder.glob("*.json"))}
 
-    def run_grid(self, grid: dict, only: str = "", dry_run: bool = False) -> None:
+    def run_grid(self, grid: dict, only: str = "", dry_run: bool = False, shard: str = "0/1") -> None:
         """Computes the cells of `grid` (name -> thunk) not done yet, in order; `only`: those whose
-        name holds one of its comma-separated parts; `dry_run`: lists them, done or to do."""
+        name holds one of its comma-separated parts; `dry_run`: lists them, done or to do; `shard`
+        I/N: every Nth of them from the Ith, so that N processes share a grid without a cell twice."""
         parts = [part for part in only.split(",") if part]
-        for name, compute in grid.items():
-            if parts and not any(part in name for part in parts):
-                continue
+        index, count = (int(x) for x in shard.split("/"))
+        chosen = [name for name in grid if not parts or any(part in name for part in parts)]
+        for name in chosen[index::count]:
+            compute = grid[name]
             if dry_run:
                 print(f"{'done' if self.path(name).exists() else 'todo'}  {name}")
             elif not self.path(name).exists():
@@ -89,13 +91,18 @@ def command_line(doc: str, cells: Cells, grid, report, out: Path, fetch=()) -> i
         "--only", default="", help="run the cells whose name contains any of these (comma-separated)"
     )
     p.add_argument("--dry_run", action="store_true", help="list the cells, done or to do")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        help="I/N: this process runs every Nth cell from the Ith (N processes at once)",
+    )
     p.add_argument("--report", action="store_true", help="only print the report of the cells done")
     args = p.parse_args()
     data, out = Path(args.data), Path(args.out)
     if not args.report:
         for fetcher in fetch:
             fetcher(data)
-        cells.run_grid(grid(data, out), args.only, args.dry_run)
+        cells.run_grid(grid(data, out), args.only, args.dry_run, args.shard)
     print(json.dumps(report(cells.results()), indent=2, sort_keys=True))
     return 0
 

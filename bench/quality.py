@@ -258,7 +258,7 @@ def finetune(name: str, lang: str, data: Path, out: Path, seed: int, **source) -
         validation=str(data / fetcher / f"validation.{ext}"),
         test=str(data / fetcher / f"test.{ext}"),
         output=str(out / "finetune" / name),
-        seq_len=SEQ_LEN, epochs=EPOCHS, learning_rate=FINETUNE_LR, global_batch_size=BATCH,
+        seq_len=SEQ_LEN, epochs=EPOCHS, patience=0, learning_rate=FINETUNE_LR, global_batch_size=BATCH,
         strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
     return CELLS.finetune(name, config)

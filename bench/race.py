@@ -108,6 +108,7 @@ def finetune_args(args, task: str, data: Path, train: Path, seed: int, **overrid
         "test": str(data / fetcher / f"test.{ext}"),
         "seq_len": args.seq_len,
         "epochs": args.epochs,
+        "patience": 0,  # every epoch, as its recorded races ran (not launch.finetune's stopping rule)
         "learning_rate": args.finetune_lr,
         "global_batch_size": 32,
         "strategy": "cpu",

@@ -119,11 +119,12 @@ def span_sets(data: Path, out: Path) -> dict[str, Path]:
     return files
 
 
-def corpus(data: Path, out: Path) -> Path:
+def corpus(data: Path, out: Path, cells: Cells = CELLS) -> Path:
     """zh_news without pd_ner's validation and test sentences: each paragraph cut into sentences
-    after 。！？ (pd_ner's cut), those of a held-out sentence's text dropped."""
+    after 。！？ (pd_ner's cut), those of a held-out sentence's text dropped. `cells`: the bench
+    that records it (bench/budget.py rebuilds it as its own)."""
     folder = out / "corpus"
-    if done("corpus") is not None and (folder / "manifest.json").exists():
+    if cells.done("corpus") is not None and (folder / "manifest.json").exists():
         return folder
     start = time.time()
     held_out = {
@@ -151,35 +152,36 @@ def corpus(data: Path, out: Path) -> Path:
     found = {"paragraphs": len(paragraphs), "sentences_dropped": dropped, "characters": len(text),
              "held_out_sentences_of_10_or_more_still_in_it": still,
              "build_seconds": round(seconds, 1)}  # fmt: skip
-    record("corpus", {"source": "zh_news minus pd_ner validation and test"}, found, time.time() - start)
+    cells.record("corpus", {"source": "zh_news minus pd_ner validation and test"}, found, time.time() - start)
     return folder
 
 
-def pretrain(data: Path, out: Path) -> Path:
+def pretrain(data: Path, out: Path, cells: Cells = CELLS) -> Path:
     model_dir = out / "run"
-    if done("pretrain") is None:
+    if cells.done("pretrain") is None:
         start = time.time()
-        corpus_dir = corpus(data, out)
+        corpus_dir = corpus(data, out, cells)
         run(["-m", "launch.pretrain", "--data", str(corpus_dir), "--model_dir", str(model_dir),
              "--objective", "mlm", "--preset", "tiny", "--strategy", "cpu", "--global_batch_size", "32",
              "--learning_rate", str(PRETRAIN_LR), "--train_steps", str(PRETRAIN_STEPS),
              "--warmup_steps", "960", "--dynamic_masking", "--log_every", "200",
              "--checkpoint_every", "1600", "--eval_every", "1600", "--eval_steps", "20",
              "--keep_checkpoints", "2", "--no-export"])  # fmt: skip
-        record("pretrain", {"steps": PRETRAIN_STEPS, "preset": "tiny", "seq_len": SEQ_LEN},
-               {"eval": json.loads((model_dir / "eval.json").read_text())}, time.time() - start)  # fmt: skip
-    elif run_lost(out):
+        found = {"eval": json.loads((model_dir / "eval.json").read_text())}
+        cells.record("pretrain", {"steps": PRETRAIN_STEPS, "preset": "tiny", "seq_len": SEQ_LEN}, found,
+                     time.time() - start)  # fmt: skip
+    elif run_lost(out, cells):
         sys.exit(
             f"{model_dir}: the pretraining run that pretrain.json records is not here, and a new one "
             "would be another encoder than the finished cells'; to start the pretrained cells over, "
-            f"remove {CELLS.path('pretrain')} and their ft-pretrained-*, crf-rate-* results"
+            f"remove {cells.path('pretrain')} and the cells fine-tuned from it"
         )
     return model_dir
 
 
-def run_lost(out: Path) -> bool:
+def run_lost(out: Path, cells: Cells = CELLS) -> bool:
     """pretrain.json is here but its run is not: out/ is not committed, so a new checkout lacks it."""
-    return done("pretrain") is not None and not (out / "run" / "eval.json").exists()
+    return cells.done("pretrain") is not None and not (out / "run" / "eval.json").exists()
 
 
 def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratch: bool = False,
@@ -197,7 +199,7 @@ def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratc
         **(source or {"model_dir": str(pretrain(data, out))}),
         train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
         output=str(out / "finetune" / name), seq_len=SEQ_LEN, doc_stride=DOC_STRIDE, global_batch_size=BATCH,
-        epochs=EPOCHS, strategy="cpu", seed=seed, export=False,
+        epochs=EPOCHS, patience=0, strategy="cpu", seed=seed, export=False,
     )  # fmt: skip
     start = time.time()
     summary_ = run_finetune(config)
@@ -255,7 +257,7 @@ def finetune_span(name: str, data: Path, out: Path, seed: int, from_scratch: boo
         task="span", from_scratch=from_scratch, model_dir=str(pretrain(data, out)),
         train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
         output=str(out / "finetune" / name), seq_len=SEQ_LEN, doc_stride=DOC_STRIDE, max_query_length=16,
-        global_batch_size=BATCH, epochs=EPOCHS, strategy="cpu", seed=seed, export=False,
+        global_batch_size=BATCH, epochs=EPOCHS, patience=0, strategy="cpu", seed=seed, export=False,
     )  # fmt: skip
     start = time.time()
     run_finetune(config)

@@ -22,6 +22,11 @@ def default_learning_rate(hidden_size: int) -> float:
     return next(rate for widest, rate in RATES_BY_WIDTH if widest is None or hidden_size <= widest)
 
 
+# The training budget, the same rule for every task: up to EPOCHS passes, stopping once PATIENCE
+# have not improved on validation. A fixed 3 stopped a pretrained encoder still improving at its
+# last epoch and so hid what pretraining is worth (bench/budget.py; docs/finetune.md has the figures).
+EPOCHS, PATIENCE = 12, 3
+
 BAD_ROW_POLICIES = ("error", "skip")  # --on_bad_row: every task's readers take either
 
 
@@ -107,7 +112,14 @@ class FinetuneConfig:
         "and counted by reason in eval.json's bad_rows",
     )  # fmt: skip
     global_batch_size: int = field(32, "examples per step over all replicas")
-    epochs: int = field(3, "passes over the training examples")
+    epochs: int = field(
+        EPOCHS, "the most passes over the training examples; the rate's schedule spans them all, and "
+        "--patience may stop sooner (measured: docs/finetune.md)",
+    )  # fmt: skip
+    patience: int = field(
+        PATIENCE, "stop once the validation figure has not improved for this many epochs (the best "
+        "epoch's weights are kept); 0 = every --epochs",
+    )  # fmt: skip
     learning_rate: float | None = field(
         None, "peak learning rate (default: by the encoder's width, RATES_BY_WIDTH: 5e-4 up to 256, "
         "2e-4 up to 512, BERT-base's 5e-5 wider)",
@@ -136,6 +148,7 @@ class FinetuneConfig:
             self.learning_rate is None or self.learning_rate > 0,
             f"--learning_rate: expected > 0, found {self.learning_rate}",
         )
+        need(self.patience >= 0, f"--patience: expected >= 0, found {self.patience}")
         need(0 < self.layer_decay <= 1, f"--layer_decay: expected in (0, 1], found {self.layer_decay}")
         need(
             0 <= self.warmup_fraction < 1, f"--warmup_fraction: expected [0, 1), found {self.warmup_fraction}"
@@ -163,6 +176,14 @@ class FinetuneConfig:
                  f"--max_query_length {self.max_query_length}: expected 1 to --seq_len - 4")  # fmt: skip
             for name in ("max_answer_length", "n_best"):
                 need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
+
+    def budget(self, steps: int) -> str:
+        """The training budget in words, for the line that opens a run."""
+        # the soonest it can stop is after epoch patience + 1
+        if not self.patience or self.patience >= self.epochs - 1:
+            return f"{self.epochs} epochs of {steps} steps"
+        stop = f"stopping after {self.patience} without improvement"
+        return f"up to {self.epochs} epochs of {steps} steps ({stop})"
 
     @property
     def stride(self) -> int:

@@ -165,7 +165,7 @@ def run(task: Task) -> dict:
     train = task.data["train"]
     train_ds = training_batches(train.features, train.targets, config)
     validation = task.validation(model)
-    best = best_epoch(task.monitor, config.epochs)
+    best = best_epoch(task.monitor, config.patience or config.epochs)
     print(task.describe(steps, recipe), flush=True)
     history = model.fit(
         train_ds,
@@ -185,6 +185,7 @@ def run(task: Task) -> dict:
             else:
                 results["test"] = figures
     results["best_epoch"] = int(best.best_epoch) + 1
+    results["epochs_run"] = len(history.history["loss"])
     results["recipe"] = recipe
     results["bad_rows"] = {split: found.bad_rows for split, found in task.found.items()}
     out = config.output_dir
@@ -295,11 +296,11 @@ class ArrayBatches(keras.utils.PyDataset):
         self.order = np.arange(self.rows) if rng is None else rng.permutation(self.rows)
 
 
-def best_epoch(monitor: str, epochs: int) -> keras.callbacks.EarlyStopping:
+def best_epoch(monitor: str, patience: int) -> keras.callbacks.EarlyStopping:
     """Keeps the weights of the epoch with the highest `monitor` (validation), restored at the end;
-    never stops early (patience = every epoch)."""
+    stops once `patience` epochs have not improved on it."""
     return keras.callbacks.EarlyStopping(
-        monitor=monitor, mode="max", patience=epochs, restore_best_weights=True
+        monitor=monitor, mode="max", patience=patience, restore_best_weights=True
     )
 
 

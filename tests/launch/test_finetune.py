@@ -42,6 +42,7 @@ EVAL_KEYS = {
     "examples",
     "bad_rows",
     "best_epoch",
+    "epochs_run",
     "test",
     "recipe",
 }
@@ -224,7 +225,7 @@ def test_flag_mistakes_are_one_line_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def topic_run(run, topics):
-    return finetune(config(run, topics))
+    return finetune(config(run, topics, patience=0))
 
 
 @pytest.mark.slow
@@ -246,6 +247,27 @@ def test_fine_tuning_learns_the_task_and_writes_its_figures(run, topic_run):
     # mean pooling (auto: this run's pooler never trained) has no BertForSequenceClassification
     # form, which reads the pooler: no hf/ (one line said why; the pair task below has one)
     assert results["recipe"]["pooling"] == "mean" and not (out / "hf").exists()
+
+
+@pytest.mark.slow
+def test_patience_stops_the_same_run_where_validation_stops_improving(run, topics, topic_run):
+    """The rate's schedule spans --epochs whatever --patience, so a run with patience 1 is the
+    full run's prefix, cut at the first epoch that did not beat the best before it."""
+    full = [
+        json.loads(line) for line in (run / "finetune" / "train" / "history.jsonl").read_text().splitlines()
+    ]
+    accuracy = [row["val_accuracy"] for row in full]
+    assert len(accuracy) == 6  # the fixture ran every epoch (--patience 0)
+    expected = next((e + 1 for e in range(1, 6) if accuracy[e] <= max(accuracy[:e])), 6)
+    result = finetune(config(run, topics, patience=1, export=False, name="patience"))
+    out = run / "finetune" / "patience"
+    cut = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    figures = json.loads((out / "eval.json").read_text())
+    assert figures["epochs_run"] == len(cut) == expected
+    for row, same in zip(cut, full, strict=False):
+        assert row == pytest.approx(same, rel=1e-5)
+    assert result["best_epoch"] == 1 + int(np.argmax(accuracy[:expected]))
+    assert figures["accuracy"] == pytest.approx(max(accuracy[:expected]), abs=1e-6)
 
 
 @pytest.mark.slow

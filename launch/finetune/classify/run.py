@@ -83,8 +83,8 @@ class ClassifyTask(Task):
         config, source = self.config, self.source
         return (
             f"fine-tuning {'from scratch' if config.from_scratch else source.weights} on {config.train}: "
-            f"{len(self.found['train'])} examples, {len(self.names)} labels, {config.epochs} epochs of "
-            f"{steps} steps; learning rate {recipe['learning_rate']:g}"
+            f"{len(self.found['train'])} examples, {len(self.names)} labels, {config.budget(steps)}; "
+            f"learning rate {recipe['learning_rate']:g}"
             f"{'' if config.learning_rate else ' (by width)'}, {recipe['pooling']} pooling, layer decay "
             f"{recipe['layer_decay']:g}"
             + ("" if config.from_scratch else f"; starting fresh: {', '.join(recipe['fresh'])}")

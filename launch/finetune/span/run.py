@@ -66,7 +66,7 @@ class SpanTask(Task):
         return (
             f"fine-tuning a span extractor from {'scratch' if config.from_scratch else self.source.weights} "
             f"on {config.train}: {len(self.found['train'])} questions ({len(self.data['train'])} windows"
-            f"{', some unanswerable' if self.allow_null else ''}), {config.epochs} epochs of {steps} steps; "
+            f"{', some unanswerable' if self.allow_null else ''}), {config.budget(steps)}; "
             f"learning rate {recipe['learning_rate']:g}, layer decay {recipe['layer_decay']:g}"
         )
 

@@ -79,7 +79,7 @@ class TagTask(Task):
             f"fine-tuning a tagger{' with a CRF' if config.crf else ''} from "
             f"{'scratch' if config.from_scratch else self.source.weights} on {config.train}: {len(train)} "
             f"examples ({len(self.data['train'])} windows), {len(self.labels)} labels ({train.scheme}), "
-            f"{config.epochs} epochs of {steps} steps; learning rate {recipe['learning_rate']:g}, "
+            f"{config.budget(steps)}; learning rate {recipe['learning_rate']:g}, "
             f"layer decay {recipe['layer_decay']:g}"
         )
 
