@@ -2,7 +2,7 @@
 layer decay's default per task, measured on all three tasks, pretrained and from scratch alike.
 
     .venv/bin/python bench/budget.py [--only PATTERN] [--dry_run] [--report]
-    make bench-budget            # the same; about two and a half hours on 2 cores, in cells
+    make bench-budget            # the same; 2.6 cell-hours on 2 cores (SHARD=0/2 and 1/2 halve it)
 
 The grid:
 - **Encoder**: bench/tagging.py's pretraining, rebuilt here as this bench's own cells (tiny preset,
@@ -19,7 +19,8 @@ The grid:
   rate for the width (5e-4), its own default head.
 - **Budgets** (cell name `BUDGET-TASK-SOURCE-seedS`, seeds 0, 1, 2):
   - `fixed3`: the old default, 3 epochs, the best of them kept.
-  - `rule`: up to MAX_EPOCHS, stopping once PATIENCE epochs have not improved on validation. The
+  - `rule`: up to MAX_EPOCHS, stopping once PATIENCE epochs have not improved on validation
+    (launch.finetune's default since this bench: docs/benchmarks/budget.md). The
     rate's schedule spans MAX_EPOCHS whatever the patience, so a smaller patience's run is this
     run's prefix: the report gives what patience 1 and 2 would have chosen from the history,
     with no run of their own.
