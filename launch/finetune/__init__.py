@@ -22,7 +22,8 @@ epoch, evaluate, write eval.json, export. The heads and their compile are `model
 Model: the pretrained encoder (a BERT run's, an ELECTRA run's discriminator, a ModernBERT's, or a
 Hugging Face or Google release) under the task's head; Keras `fit` under the same strategy
 factory as pretraining, AdamW with linear warmup and decay and layer-wise learning-rate decay
-(--layer_decay), XLA. Validation after every epoch; the best epoch's weights are kept. What starts
+(--layer_decay), XLA. Validation after every epoch: up to --epochs, stopping once --patience
+epochs have not improved on it, the best epoch's weights kept (one rule for every task). What starts
 fresh (the head; a pooler pretraining never trained) is printed and listed in eval.json. A bad
 row stops the run with one line naming the file and line, or with --on_bad_row skip is skipped and
 counted in eval.json.
