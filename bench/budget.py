@@ -84,10 +84,12 @@ def task_files(task: str, data: Path, out: Path) -> dict[str, Path]:
     return tagging.subsets(data, out) if task == "tag" else tagging.span_sets(data, out)
 
 
-def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Path, out: Path) -> dict:
+def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Path, out: Path,
+             cells: Cells = CELLS, model_dir: Path | None = None) -> dict:  # fmt: skip
     """One cell: launch.finetune in this process; the test figure at the chosen epoch, and the
-    validation figure of every epoch run."""
-    if (found := CELLS.done(name)) is not None:
+    validation figure of every epoch run. `cells` records it; `model_dir`: the encoder (default:
+    this bench's pretraining; bench/dropout.py's other arm)."""
+    if (found := cells.done(name)) is not None:
         return found
     import keras
 
@@ -99,7 +101,8 @@ def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Pa
     if task == "span":
         task_flags["max_query_length"] = 16
     config = FinetuneConfig(
-        task=task, from_scratch=source == "scratch", model_dir=str(tagging.pretrain(data, out, CELLS)),
+        task=task, from_scratch=source == "scratch",
+        model_dir=str(model_dir or tagging.pretrain(data, out, CELLS)),
         train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
         output=str(out / "finetune" / name), seq_len=SEQ_LEN, global_batch_size=BATCH, strategy="cpu",
         seed=seed, export=False, **task_flags, **BUDGETS[budget],
@@ -120,7 +123,7 @@ def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Pa
         "recipe": figures["recipe"],
     }
     config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
-    return CELLS.record(name, config_json, result, time.time() - start)
+    return cells.record(name, config_json, result, time.time() - start)
 
 
 def cells(data: Path, out: Path) -> dict:

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# BERT-base and ModernBERT-base, seq_len 128 and 512, bf16, XLA: pretraining throughput and MFU on one
-# GPU (well under 10 min: four compiles and 4 x 200 steps).
+# Issue 57's device check: BERT-base at seq_len 128 and 512, ModernBERT-base and BERT-large at 128,
+# bf16, XLA, as configured, then each change (fused attention, attention dropout 0, the padded
+# vocab, Dropout's random bits) switched off on its own: twelve rows, each a compile and 100 timed
+# steps, within 8 minutes on an H100 or H200. Each row is written to bench/results/gpu.json as it
+# finishes (the device named), and a rerun skips the rows already there.
 #
-#   bash bench/gpu.sh [--seq_lens 128,512] [--batch_sizes 256,64] [--steps 200] [--output result.json]
+#   bash bench/gpu.sh [--rows base@128,base@512:fused=off,...] [--steps 100] [--output FILE]
+#
+# Dry run on a CPU (what tests/test_gpu_bench.py does, without TensorFlow):
+#   KERAS_BACKEND=jax bash bench/gpu.sh --rows tiny@128,tiny@128:fused=off --batch_sizes 128:4 \
+#     --steps 2 --steps_per_execution 1 --matmul_size 64 --output /tmp/gpu.json
 #
 # Runs bench/gpu.py with TensorFlow when it is installed (bertbeam's production backend). Without
 # it, Keras runs the same model code on JAX: the GPU image this project is lent has JAX and no
@@ -26,4 +33,7 @@ fi
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
 echo "backend: $KERAS_BACKEND"
-exec $PY bench/gpu.py "$@"
+case " $* " in
+  *" --output "*) exec $PY bench/gpu.py "$@" ;;
+  *) exec $PY bench/gpu.py --output bench/results/gpu.json "$@" ;;
+esac

@@ -156,9 +156,11 @@ def corpus(data: Path, out: Path, cells: Cells = CELLS) -> Path:
     return folder
 
 
-def pretrain(data: Path, out: Path, cells: Cells = CELLS) -> Path:
-    model_dir = out / "run"
-    if cells.done("pretrain") is None:
+def pretrain(data: Path, out: Path, cells: Cells = CELLS, name: str = "pretrain", flags: tuple = ()) -> Path:
+    """The pretraining run, as cell `name` of `cells` in out/run (another name: out/NAME, with
+    `flags` added to launch.pretrain's: bench/dropout.py's arm without attention dropout)."""
+    model_dir = out / ("run" if name == "pretrain" else name)
+    if cells.done(name) is None:
         start = time.time()
         corpus_dir = corpus(data, out, cells)
         run(["-m", "launch.pretrain", "--data", str(corpus_dir), "--model_dir", str(model_dir),
@@ -166,22 +168,28 @@ def pretrain(data: Path, out: Path, cells: Cells = CELLS) -> Path:
              "--learning_rate", str(PRETRAIN_LR), "--train_steps", str(PRETRAIN_STEPS),
              "--warmup_steps", "960", "--dynamic_masking", "--log_every", "200",
              "--checkpoint_every", "1600", "--eval_every", "1600", "--eval_steps", "20",
-             "--keep_checkpoints", "2", "--no-export"])  # fmt: skip
+             "--keep_checkpoints", "2", "--no-export", *flags])  # fmt: skip
         found = {"eval": json.loads((model_dir / "eval.json").read_text())}
-        cells.record("pretrain", {"steps": PRETRAIN_STEPS, "preset": "tiny", "seq_len": SEQ_LEN}, found,
-                     time.time() - start)  # fmt: skip
-    elif run_lost(out, cells):
+        config = {
+            "steps": PRETRAIN_STEPS,
+            "preset": "tiny",
+            "seq_len": SEQ_LEN,
+            **({"flags": list(flags)} if flags else {}),
+        }
+        cells.record(name, config, found, time.time() - start)
+    elif run_lost(out, cells, name):
         sys.exit(
-            f"{model_dir}: the pretraining run that pretrain.json records is not here, and a new one "
-            "would be another encoder than the finished cells'; to start the pretrained cells over, "
-            f"remove {cells.path('pretrain')} and the cells fine-tuned from it"
+            f"{model_dir}: the pretraining run that {cells.path(name).name} records is not here, and a "
+            "new one would be another encoder than the finished cells'; to start the pretrained cells over, "
+            f"remove {cells.path(name)} and the cells fine-tuned from it"
         )
     return model_dir
 
 
-def run_lost(out: Path, cells: Cells = CELLS) -> bool:
-    """pretrain.json is here but its run is not: out/ is not committed, so a new checkout lacks it."""
-    return cells.done("pretrain") is not None and not (out / "run" / "eval.json").exists()
+def run_lost(out: Path, cells: Cells = CELLS, name: str = "pretrain") -> bool:
+    """NAME.json is here but its run is not: out/ is not committed, so a new checkout lacks it."""
+    model_dir = out / ("run" if name == "pretrain" else name)
+    return cells.done(name) is not None and not (model_dir / "eval.json").exists()
 
 
 def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratch: bool = False,

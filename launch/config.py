@@ -62,6 +62,15 @@ class TrainConfig:
         None,
         "instead of --preset: our BertConfig JSON, Google's bert_config.json or HF's config.json",
     )
+    attention_dropout: float | None = field(
+        None, "dropout on the attention probabilities (default: the preset's or config's); at 0 "
+        "attention runs as one fused kernel where the device has one",
+    )  # fmt: skip
+    vocab_multiple: int = field(
+        128, "a preset's token rows rounded up to a multiple of this (whole matmul tiles on a GPU or "
+        "TPU; a release's too, padded on load; a --bert_config keeps its own); the extra rows are "
+        "never read and their MLM logits are masked; 1 = the vocab's size",
+    )  # fmt: skip
     strategy: str = field("auto", f"hardware: {'|'.join(KINDS)}")
     tpu: str | None = field(None, "TPU name or grpc:// address (default: $TPU_NAME, else local)")
     global_batch_size: int = field(32, "examples per optimizer step over all replicas")
@@ -122,13 +131,17 @@ class TrainConfig:
         )
         for name in ("train_steps", "checkpoint_every", "eval_every", "log_every", "keep_checkpoints"):
             need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
-        for name in ("grad_accum_steps", "steps_per_execution"):
+        for name in ("grad_accum_steps", "steps_per_execution", "vocab_multiple"):
             need(getattr(self, name) >= 1, f"--{name}: expected >= 1, found {getattr(self, name)}")
         need(
             self.global_batch_size >= 1 or self.per_replica_batch_size >= 1,
             "--global_batch_size: expected >= 1",
         )
         need(self.warmup_steps >= 0, f"--warmup_steps: expected >= 0, found {self.warmup_steps}")
+        need(
+            self.attention_dropout is None or 0 <= self.attention_dropout < 1,
+            f"--attention_dropout: expected a rate in [0, 1), found {self.attention_dropout}",
+        )
         if self.head_warmup_steps:
             steps = self.head_warmup_steps
             need(bool(self.init_checkpoint), "--head_warmup_steps needs --init_checkpoint (a release)")

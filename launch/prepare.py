@@ -16,7 +16,7 @@ from launch import backend
 from launch.checkpoints import CheckpointError, Checkpoints
 from launch.config import TrainConfig
 from launch.interop.formats import config_beside, read_bert_config
-from launch.run_dir import RunDir
+from launch.run_dir import BERT_CONFIG, RunDir
 from launch.sources import Corpora, DataError, Phase, parse_phases, parse_sources, resolve, split_head_warmup
 from launch.strategy import batch_sizes, check_tpu_paths, choose_strategy, describe, is_chief, worker_index
 from launch.streams import dynamic_masking
@@ -200,8 +200,9 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
     if bert_config:
         bert = read_bert_config(bert_config)
         # A release may have more embedding rows than its tokenizer has tokens (ModernBERT pads
-        # 50,285 to 50,368, a multiple of 64): warm-started from it, the corpus uses a prefix.
-        padded_release = config.init_checkpoint and bert.vocab_size > vocab_size
+        # 50,285 to 50,368, a multiple of 64): warm-started from it, the corpus uses a prefix, and
+        # the rows past it are masked as a padded vocab's.
+        padded_release = config.init_checkpoint and bert.tokens > vocab_size
         # A vocab extended from the release's (--extend_vocab): the model grows to it, each new row
         # the mean of its pieces' rows (launch/interop/grow.py).
         release = first.vocab.release
@@ -209,16 +210,34 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
             print(f"model: {bert.vocab_size} token rows grow to {vocab_size} for the tokens the corpus added "
                   f"to {release['name']}'s vocab", flush=True)  # fmt: skip
             bert = dataclasses.replace(bert, vocab_size=vocab_size)
-        elif bert.vocab_size != vocab_size and not padded_release:
+        elif bert.tokens != vocab_size and not padded_release:
             raise TrainError(
-                f"--bert_config {bert_config}: vocab_size {bert.vocab_size}, the corpus vocab has "
+                f"--bert_config {bert_config}: vocab_size {bert.tokens}, the corpus vocab has "
                 f"{vocab_size}; set vocab_size to {vocab_size} or rebuild the corpus"
             )
         if padded_release:
             print(f"note: the model has {bert.vocab_size} token rows, the corpus vocab {vocab_size}: rows "
                   f"{vocab_size}-{bert.vocab_size - 1} are never read or sampled", flush=True)  # fmt: skip
+            bert = dataclasses.replace(bert, tokenizer_size=vocab_size)
     else:
         bert = BertConfig.preset(config.preset, vocab_size)
+    # --vocab_multiple pads the shapes bertbeam derives (a preset's, a release's, padded on load);
+    # a --bert_config for a fresh run keeps the rows it states.
+    rows = bert.vocab_size
+    if not config.bert_config or config.init_checkpoint:
+        bert = bert.padded(config.vocab_multiple)
+    started = started_shape(config.model_dir)
+    if started and started.tokens == bert.tokens and started.vocab_size != bert.vocab_size:
+        # A run started at other rows (before --vocab_multiple, or with another) resumes at its own.
+        print(f"model: {started.vocab_size} token rows, as {config.model_dir} was started (--vocab_multiple "
+              "applies to new runs)", flush=True)  # fmt: skip
+        bert = dataclasses.replace(bert, vocab_size=started.vocab_size, tokenizer_size=started.tokenizer_size)
+    elif bert.vocab_size != rows and config.init_checkpoint:
+        print(f"model: the release's {rows} token rows padded to {bert.vocab_size} (--vocab_multiple "
+              f"{config.vocab_multiple}); the new rows are never read, their logits masked",
+              flush=True)  # fmt: skip
+    if config.attention_dropout is not None:
+        bert = dataclasses.replace(bert, attention_dropout=config.attention_dropout)
     longest = max((c.first for c in corpora), key=lambda m: m.seq_len)
     if longest.seq_len > bert.max_position:
         raise TrainError(
@@ -227,6 +246,12 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
             "or raise max_position"
         )
     return bert
+
+
+def started_shape(model_dir: str) -> BertConfig | None:
+    """The model shape a run in `model_dir` was started with, if one was."""
+    path = f"{model_dir.rstrip('/')}/{BERT_CONFIG}"
+    return BertConfig.from_json(files.read_text(path)) if files.exists(path) else None
 
 
 def validation_batches(config: TrainConfig, manifest: Manifest, global_batch: int) -> int:

@@ -42,7 +42,7 @@ from launch import backend
 from launch.checkpoints import Checkpoints, layers_of, out_of_space_is_one_line
 from launch.config import TrainConfig
 from launch.export import export
-from launch.interop.formats import warm_start
+from launch.interop.formats import config_beside, read_bert_config, warm_start
 from launch.interop.grow import grow_into
 from launch.logs import EpochLog, History, figures, plot_loss, read_history
 from launch.mfu import detect_peak_tflops
@@ -191,22 +191,35 @@ def build(run: Run, stage: Stage | None = None) -> int:
 
 def start_from_release(run: Run, stage: Stage) -> list[str]:
     """--init_checkpoint's weights into the new run's model (`warm_start`); returns the paths of
-    the weights it had none for. A corpus whose vocab extends the release's: the release goes into
-    a model of its own vocab size first, then every weight is copied over, the token rows grown
-    (`interop/grow.py`)."""
+    the weights it had none for. Where the model has more token rows than the release (a vocab
+    extended from the release's, or padded to --vocab_multiple), the release goes into a model of
+    its own rows first, then every weight is copied over, the token rows grown (`interop/grow.py`):
+    an added token's row the mean of its pieces', a padded row zeros (never read)."""
     config, manifest = run.config, stage.manifest
-    release = manifest.vocab.release
-    if not release.get("added"):
+    added = manifest.vocab.release.get("added") or []
+    rows = release_rows(run, stage)
+    if not added and rows == run.bert.vocab_size:
         return warm_start(run.model, config.init_checkpoint)
     source = run.model
-    if release["base_size"] != run.bert.vocab_size:  # tokens appended: a model at the release's size
-        at_release = dataclasses.replace(run.bert, vocab_size=release["base_size"])
+    if rows != run.bert.vocab_size:  # a model at the release's own rows
+        at_release = dataclasses.replace(run.bert, vocab_size=rows, tokenizer_size=None)
         source = pretraining_model(config.pretraining_objective, at_release, manifest, seed=config.seed)
     fresh = warm_start(source, config.init_checkpoint)
-    grown = grow_into(run.model, source, release["added"])
-    print(f"vocab extension: {len(release['added'])} new tokens' rows in {', '.join(grown)} start as the "
-          "mean of their pieces' rows in the release", flush=True)  # fmt: skip
+    grown = grow_into(run.model, source, added)
+    if added:
+        print(f"vocab extension: {len(added)} new tokens' rows in {', '.join(grown)} start as the "
+              "mean of their pieces' rows in the release", flush=True)  # fmt: skip
     return fresh
+
+
+def release_rows(run: Run, stage: Stage) -> int:
+    """The token rows --init_checkpoint holds: an extended vocab's base size; else those of the
+    config beside it, or of --bert_config; else the corpus vocab's size (a bare checkpoint)."""
+    release = stage.manifest.vocab.release
+    if release.get("added"):
+        return release["base_size"]
+    shape = config_beside(run.config.init_checkpoint) or run.config.bert_config
+    return read_bert_config(shape).vocab_size if shape else run.bert.tokens
 
 
 def fresh_weights(run: Run) -> set[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from model.layers import ACTIVATIONS, PACKAGE, gather_rows, initializer
+from model.layers import ACTIVATIONS, PACKAGE, Dropout, gather_rows, initializer
 
 # === Layers ===
 
@@ -73,6 +73,7 @@ class TransformerBlock(keras.layers.Layer):
         num_heads: int,
         intermediate_size: int,
         dropout: float = 0.1,
+        attention_dropout: float | None = None,
         initializer_range: float = 0.02,
         layer_norm_epsilon: float = 1e-12,
         pre_layer_norm: bool = False,
@@ -84,23 +85,28 @@ class TransformerBlock(keras.layers.Layer):
         self.num_heads = num_heads
         self.intermediate_size = intermediate_size
         self.dropout = dropout
+        self.attention_rate = attention_dropout  # on the attention probabilities; None: dropout
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
         self.pre_layer_norm = pre_layer_norm
         self.hidden_act = hidden_act
 
         # === Layers ===
+        # Without attention dropout, MultiHeadAttention computes through
+        # keras.ops.dot_product_attention: one fused kernel (cuDNN's flash attention on a GPU, a
+        # TPU's) where Keras finds the device and shapes fit, the plain XLA ops elsewhere (and
+        # after keras.config.disable_flash_attention()). With it, the scores are written out.
         self.attention = keras.layers.MultiHeadAttention(
             num_heads,
             hidden_size // num_heads,
-            dropout=dropout,
+            dropout=dropout if attention_dropout is None else attention_dropout,
             kernel_initializer=initializer(initializer_range),
             name="attention",
         )
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm"
         )
-        self.attention_dropout = keras.layers.Dropout(dropout, name="attention_dropout")
+        self.attention_dropout = Dropout(dropout, name="attention_dropout")
         self.intermediate = keras.layers.Dense(
             intermediate_size,
             activation=ACTIVATIONS[hidden_act],
@@ -111,7 +117,7 @@ class TransformerBlock(keras.layers.Layer):
             hidden_size, kernel_initializer=initializer(initializer_range), name="output"
         )
         self.output_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="output_norm")
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
+        self.output_dropout = Dropout(dropout, name="output_dropout")
 
     def build(self, input_shape):
         self.attention.build(input_shape, input_shape)
@@ -147,6 +153,7 @@ class TransformerBlock(keras.layers.Layer):
             "num_heads": self.num_heads,
             "intermediate_size": self.intermediate_size,
             "dropout": self.dropout,
+            "attention_dropout": self.attention_rate,
             "initializer_range": self.initializer_range,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "pre_layer_norm": self.pre_layer_norm,
@@ -155,10 +162,17 @@ class TransformerBlock(keras.layers.Layer):
 
 
 def attention_mask(input_mask, document_ids):
-    """(B, T, T): token i may attend to j when j is real and both belong to the same document.
+    """(B, T, T): token i may attend to j when both belong to the same document and j is real, or
+    both are padding.
 
     Rows that pack several documents keep attention within each; a row of one document gets the
-    plain padding mask. Built with static shapes from two (B, T) inputs, no dynamic ops.
+    plain padding mask. A padding query sees the padding keys, so that no row is masked whole: a
+    fused kernel's softmax over nothing may give NaN, which would reach real rows through the
+    next layer's zero weights (0 x NaN); real rows are as before. Built with static shapes from
+    two (B, T) inputs, no dynamic ops.
     """
     same_document = ops.equal(document_ids[:, :, None], document_ids[:, None, :])
-    return ops.logical_and(same_document, ops.cast(input_mask, "bool")[:, None, :])
+    real = ops.cast(input_mask, "bool")
+    real_key = ops.logical_and(same_document, real[:, None, :])
+    padding_pair = ops.logical_not(ops.logical_or(real[:, :, None], real[:, None, :]))
+    return ops.logical_or(real_key, padding_pair)

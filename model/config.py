@@ -20,7 +20,7 @@ class BertConfig:
     intermediate_size: int = 512  # feed-forward width, usually 4 H
     max_position: int = 512  # longest sequence the position embedding covers
     type_vocab_size: int = 2  # segment ids (A/B)
-    dropout: float = 0.1  # on embeddings, attention probabilities and block outputs
+    dropout: float = 0.1  # on embeddings, block outputs and (unless attention_dropout) attention
     initializer_range: float = 0.02  # stddev of the truncated-normal initializer
     layer_norm_epsilon: float = 1e-12  # as google-research/bert
     pre_layer_norm: bool = False  # False: BERT's post-LN blocks; True: pre-LN (more stable deep)
@@ -41,6 +41,16 @@ class BertConfig:
     global_attn_every_n_layers: int = 3
     global_rope_theta: float = 160_000.0
     local_rope_theta: float = 10_000.0
+    # On the attention probabilities; None: `dropout`. At 0 attention runs through
+    # keras.ops.dot_product_attention as one fused kernel where the device has one. BERT's presets
+    # keep 0.1: 0 (MosaicBERT's choice) lost a point of NER entity F1 on a tiny model, just beyond
+    # the seeds' spread (docs/benchmarks/dropout.md); ModernBERT's have no dropout at all.
+    attention_dropout: float | None = None
+    # The tokenizer's tokens, where vocab_size pads past them (`padded`: a multiple of 128, as
+    # Megatron and MosaicBERT pad, so the embedding and the MLM output are whole matmul tiles on a
+    # GPU or TPU). Rows from tokenizer_size on are never read, and their MLM logits are masked, so
+    # they never get probability. None: vocab_size, no padding.
+    tokenizer_size: int | None = None
 
     def __post_init__(self):
         need(
@@ -63,6 +73,14 @@ class BertConfig:
             self.hidden_act in ("gelu", "gelu_approximate"),
             f"hidden_act: expected gelu or gelu_approximate, found {self.hidden_act!r}",
         )
+        need(
+            self.tokenizer_size is None or 1 <= self.tokenizer_size <= self.vocab_size,
+            f"tokenizer_size: expected 1..{self.vocab_size} (vocab_size) or null, "
+            f"found {self.tokenizer_size}",
+        )
+        for name in ("dropout", "attention_dropout"):
+            rate = getattr(self, name)
+            need(rate is None or 0 <= rate < 1, f"{name}: expected a rate in [0, 1), found {rate}")
         need(
             self.embedding_size is None or self.embedding_size >= 1,
             f"embedding_size: expected >= 1 or null, found {self.embedding_size}",
@@ -93,6 +111,25 @@ class BertConfig:
     def is_global(self, layer: int) -> bool:
         """modernbert: layer `layer` attends over the whole row (else over its window)."""
         return layer % self.global_attn_every_n_layers == 0
+
+    @property
+    def tokens(self) -> int:
+        """The tokenizer's tokens: the rows every input id and every MLM prediction falls in."""
+        return self.vocab_size if self.tokenizer_size is None else self.tokenizer_size
+
+    def padded(self, multiple: int) -> BertConfig:
+        """This shape with its token rows rounded up to a multiple of `multiple` (1: as it is);
+        the tokens stay `tokens`."""
+        need(multiple >= 1, f"vocab multiple: expected >= 1, found {multiple}")
+        rows = -(-self.vocab_size // multiple) * multiple
+        if rows == self.vocab_size:
+            return self
+        return dataclasses.replace(self, vocab_size=rows, tokenizer_size=self.tokens)
+
+    @property
+    def attention_probs_dropout(self) -> float:
+        """The dropout on attention probabilities: attention_dropout, else dropout."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     @property
     def embedding_width(self) -> int:

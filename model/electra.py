@@ -211,6 +211,7 @@ def build_electra_model(
         epsilon=config.layer_norm_epsilon,
         stddev=stddev,
         prefix=GENERATOR,
+        tokens=config.tokenizer_size,
     )  # (B, P, V)
     mlm = keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)
 

@@ -13,7 +13,7 @@ import keras
 
 from model.bert import OneHotEmbedding, PositionEmbedding, TransformerBlock, attention_mask
 from model.config import BertConfig
-from model.layers import initializer
+from model.layers import Dropout, initializer
 from model.modernbert import attention_ids, modern_blocks
 
 # === The encoder's layers ===
@@ -73,7 +73,7 @@ def encoder_layers(config: BertConfig) -> dict:
         if config.modern
         else PositionEmbedding(config.max_position, stddev, name="position_embedding"),
         "embedding_norm": layer_norm(config, "embedding_norm"),
-        "embedding_dropout": keras.layers.Dropout(config.dropout, name="embedding_dropout"),
+        "embedding_dropout": Dropout(config.dropout, name="embedding_dropout"),
         "embedding_projection": keras.layers.Dense(
             config.hidden_size, kernel_initializer=initializer(stddev), name="embedding_projection"
         )
@@ -94,6 +94,7 @@ def transformer_blocks(config: BertConfig, prefix: str = "") -> list[keras.layer
             num_heads=config.num_heads,
             intermediate_size=config.intermediate_size,
             dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
             initializer_range=config.initializer_range,
             layer_norm_epsilon=config.layer_norm_epsilon,
             pre_layer_norm=config.pre_layer_norm,

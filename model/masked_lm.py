@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from model.config import BertConfig
@@ -18,26 +19,44 @@ from model.layers import ACTIVATIONS, PACKAGE, initializer
 # === Layers ===
 
 
+# A padded row's logit: no probability beside any real one (exp(-1e4) is 0 in float32), and
+# finite in float16 and bfloat16, so that an export can state it as the row's output bias.
+MASKED_LOGIT = -1e4
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class BiasAdd(keras.layers.Layer):
-    """A learned bias over the last axis: the MLM output bias beside the tied embedding."""
+    """A learned bias over the last axis: the MLM output bias beside the tied embedding. With
+    `tokens` (a padded vocab, `BertConfig.tokenizer_size`), the rows from `tokens` on give
+    MASKED_LOGIT whatever their weights, and so no gradient."""
+
+    def __init__(self, tokens: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.tokens = tokens
 
     def build(self, input_shape):
         self.bias = self.add_weight(name="bias", shape=(input_shape[-1],), initializer="zeros")
 
     def call(self, x):
-        return x + ops.cast(self.bias, x.dtype)
+        x = x + ops.cast(self.bias, x.dtype)
+        if self.tokens is None or self.tokens >= x.shape[-1]:
+            return x
+        real = np.arange(x.shape[-1]) < self.tokens  # a constant of the static V
+        return ops.where(real, x, ops.cast(MASKED_LOGIT, x.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "tokens": self.tokens}
 
 
 # === Functional models ===
 
 
 def masked_lm_logits(x, token_embedding, *, width: int, activation, epsilon: float, stddev: float,
-                     prefix: str = "", use_bias: bool = True):  # fmt: skip
+                     prefix: str = "", use_bias: bool = True, tokens: int | None = None):  # fmt: skip
     """The masked-LM head on the gathered positions (B, P, H): transform to E, activation,
-    LayerNorm, then the output projection tied to the token embedding, plus a bias: (B, P, V).
-    Without `use_bias` (ModernBERT's head), the transform and the norm have none; the output
-    bias stays."""
+    LayerNorm, then the output projection tied to the token embedding, plus a bias: (B, P, V),
+    the rows past `tokens` (a padded vocab's) masked. Without `use_bias` (ModernBERT's head), the
+    transform and the norm have none; the output bias stays."""
     h = keras.layers.Dense(
         width,
         activation=activation,
@@ -46,7 +65,7 @@ def masked_lm_logits(x, token_embedding, *, width: int, activation, epsilon: flo
         name=f"{prefix}mlm_transform",
     )(x)
     h = keras.layers.LayerNormalization(epsilon=epsilon, center=use_bias, name=f"{prefix}mlm_norm")(h)
-    return BiasAdd(name=f"{prefix}mlm_bias")(token_embedding(h, reverse=True))
+    return BiasAdd(tokens, name=f"{prefix}mlm_bias")(token_embedding(h, reverse=True))
 
 
 def build_pretraining_model(
@@ -79,6 +98,7 @@ def build_pretraining_model(
         if config.modern
         else config.initializer_range,
         use_bias=not config.modern,
+        tokens=config.tokenizer_size,
     )  # (B, P, V)
     # Logits in float32 also under a bf16/fp16 policy: the softmax over V needs the range.
     outputs = {"mlm": keras.layers.Activation("linear", dtype="float32", name="mlm")(logits)}

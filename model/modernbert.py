@@ -8,7 +8,8 @@ launch/: only the block and the embeddings differ. As transformers' ModernBertMo
   embeddings   token embedding -> LayerNorm (no bias) -> dropout; no segments, no position table
   block        x + Wo(attention(norm(x)))      the first block has no norm there (x is normalised)
                x + Wo(gelu(a) * g), (a, g) = Wi(norm(x))                              GeGLU
-  attention    fused QKV, no biases, RoPE on q and k (in float32), scaled by head_dim^-0.5;
+  attention    fused QKV, no biases, RoPE on q and k (in float32), scaled by head_dim^-0.5,
+               through keras.ops.dot_product_attention (a fused kernel where the device has one);
                global on layer i when i % global_attn_every_n_layers == 0 (RoPE base 160,000),
                else a token sees those within local_attention // 2 on either side (base 10,000)
   encoder      the blocks -> a final LayerNorm (no bias)
@@ -30,10 +31,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from model.layers import ACTIVATIONS, PACKAGE, gather_rows, initializer
+from model.layers import ACTIVATIONS, PACKAGE, Dropout, gather_rows, initializer
 
-# A masked score: far below any real one, and finite, so that a row with nothing to attend to
-# (a padding query) softmaxes to a uniform row instead of NaN.
+# A masked score, when attention dropout writes the scores out: far below any real one, and finite.
 MASKED = -1e9
 
 
@@ -70,43 +70,49 @@ def band(seq_len: int, local_attention: int) -> np.ndarray:
 
 def attention_ids(input_mask, document_ids):
     """(B, T) int32: 0 on padding, else the token's document id + 1. Query i sees key j when both
-    are the same nonzero id: BERT's `attention_mask` (same document, real key) kept per token, so
-    that a local layer can cut its window's keys from it without a (T, T) mask."""
+    have the same id: BERT's `attention_mask` (same document, real key; padding sees padding) kept
+    per token, so that a local layer can cut its window's keys from it without a (T, T) mask."""
     return ops.where(ops.cast(input_mask, "bool"), ops.cast(document_ids, "int32") + 1, 0)
 
 
 def _visible(query_ids, key_ids):
-    """(..., Tq), (..., Tk) -> (..., Tq, Tk) bool."""
-    return ops.logical_and(
-        ops.equal(query_ids[..., :, None], key_ids[..., None, :]), key_ids[..., None, :] > 0
-    )
+    """(..., Tq), (..., Tk) -> (..., Tq, Tk) bool. A padding query (id 0) sees the padding keys,
+    so that no row is masked whole: a fused kernel's softmax over nothing may give NaN, which
+    would reach real rows through the next layer's zero weights (0 x NaN)."""
+    return ops.equal(query_ids[..., :, None], key_ids[..., None, :])
 
 
-def _softmax_attend(scores, visible, values, dropout: keras.layers.Layer, training):
-    """Masked softmax in float32 (the exponent's range; transformers does the same), dropout, and
-    the weighted sum of values. scores (..., Tq, Tk), values (..., Tk, D) -> (..., Tq, D)."""
+def attend(q, k, v, visible, dropout: keras.layers.Layer, training):
+    """Scaled dot-product attention: q (B, Tq, N, D), k and v (B, Tk, N, D), visible (B, 1, Tq, Tk)
+    -> (B, Tq, N, D). Without attention dropout, keras.ops.dot_product_attention, as Keras's
+    MultiHeadAttention calls it: one fused kernel where Keras finds the device and shapes fit (the
+    global flag passed on, which the op alone would not read); else the scores written out, the
+    softmax in float32 (its exponent's range, as transformers), then the dropout."""
+    scale = q.shape[-1] ** -0.5
+    if dropout.rate == 0:
+        fused = keras.config.is_flash_attention_enabled()  # None: Keras's choice; False: disabled
+        return ops.dot_product_attention(q, k, v, mask=visible, scale=scale, flash_attention=fused)
+    scores = ops.einsum("bqnd,bknd->bnqk", q, k) * ops.cast(scale, q.dtype)  # (B, N, Tq, Tk)
     scores = ops.where(visible, ops.cast(scores, "float32"), MASKED)
-    weights = dropout(ops.cast(ops.softmax(scores, axis=-1), values.dtype), training=training)
-    return ops.matmul(weights, values)
+    weights = dropout(ops.cast(ops.softmax(scores, axis=-1), v.dtype), training=training)
+    return ops.einsum("bnqk,bknd->bqnd", weights, v)
 
 
 def global_attention(q, k, v, ids, dropout, training, window_mask=None):
     """Every query against every key (those within `window_mask` (T, T), when given): q, k, v
     (B, T, N, D), ids (B, T) -> (B, T, N, D)."""
-    q, k, v = (ops.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # (B, N, T, D)
-    scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (B, N, T, T)
     visible = _visible(ids, ids)  # (B, T, T)
     if window_mask is not None:
         visible = ops.logical_and(visible, window_mask)
-    visible = visible[:, None]  # (B, 1, T, T)
-    return ops.transpose(_softmax_attend(scores, visible, v, dropout, training), (0, 2, 1, 3))
+    return attend(q, k, v, visible[:, None], dropout, training)
 
 
 def local_attention(q, k, v, ids, window: int, dropout, training):
     """Each query against the keys within window // 2 of it, in chunks of C = window // 2 tokens:
     chunk k's queries see at most chunks k-1, k and k+1, so each scores 3C keys instead of T and
     the layer's cost grows linearly in T. Static shapes: T is padded to K C with keys that no
-    query sees. q, k, v (B, T, N, D), ids (B, T) -> (B, T, N, D); exactly `band`'s mask."""
+    real query sees; the K chunks go to `attend` as a batch of B K rows of C queries and 3C keys.
+    q, k, v (B, T, N, D), ids (B, T) -> (B, T, N, D); exactly `band`'s mask."""
     t = q.shape[1]
     c = max(window // 2, 1)
     chunks = -(-t // c)
@@ -120,16 +126,17 @@ def local_attention(q, k, v, ids, window: int, dropout, training):
     def neighbours(x):  # (B, K + 2, C, ...) -> (B, K, 3C, ...): chunks k-1, k, k+1 side by side
         return ops.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
 
+    def flat(x):  # (B, K, L, ...) -> (B K, L, ...)
+        return ops.reshape(x, (-1, *x.shape[2:]))
+
     queries = chunked(q)[:, 1:-1]  # (B, K, C, N, D)
     keys, values = neighbours(chunked(k)), neighbours(chunked(v))  # (B, K, 3C, N, D)
     query_ids, key_ids = chunked(ids)[:, 1:-1], neighbours(chunked(ids))  # (B, K, C), (B, K, 3C)
     # Query r of chunk k is at k C + r, key s of its neighbourhood at (k - 1) C + s.
     offsets = np.arange(3 * c)[None, :] - c - np.arange(c)[:, None]  # (C, 3C): key - query
     visible = ops.logical_and(_visible(query_ids, key_ids), np.abs(offsets) <= window // 2)  # (B, K, C, 3C)
-    scores = ops.einsum("bkqnd,bksnd->bknqs", queries, keys)  # (B, K, N, C, 3C)
-    context = _softmax_attend(scores, visible[:, :, None], ops.transpose(values, (0, 1, 3, 2, 4)),
-                              dropout, training)  # (B, K, N, C, D)  # fmt: skip
-    context = ops.reshape(ops.transpose(context, (0, 1, 3, 2, 4)), (-1, chunks * c, *q.shape[2:]))
+    context = attend(flat(queries), flat(keys), flat(values), flat(visible)[:, None], dropout, training)
+    context = ops.reshape(context, (-1, chunks * c, *q.shape[2:]))  # (B, K C, N, D)
     return context[:, :t]  # (B, T, N, D)
 
 
@@ -141,9 +148,9 @@ class ModernBlock(keras.layers.Layer):
     """ModernBERT's pre-norm block: rotary self-attention (global, or within a sliding window),
     then a GeGLU feed-forward, each added to the residual; no biases.
 
-    Attention is written out rather than Keras's MultiHeadAttention: that layer has no hook to
-    rotate q and k between its projections and its scores, and the sliding window runs in chunks
-    (`local_attention`) that it has no notion of."""
+    Not Keras's MultiHeadAttention: that layer has no hook to rotate q and k between its
+    projections and its scores, and the sliding window runs in chunks (`local_attention`) that it
+    has no notion of. The attention itself is keras.ops.dot_product_attention, as that layer's is."""
 
     architecture = "modernbert"
 
@@ -157,6 +164,7 @@ class ModernBlock(keras.layers.Layer):
         local_attention: int | None = None,
         first: bool = False,
         dropout: float = 0.0,
+        attention_dropout: float | None = None,
         initializer_range: float = 0.02,
         output_initializer_range: float = 0.02,
         layer_norm_epsilon: float = 1e-5,
@@ -171,6 +179,7 @@ class ModernBlock(keras.layers.Layer):
         self.local_attention = local_attention  # None: a global layer
         self.first = first  # the first block reads normalised embeddings: no attention norm
         self.dropout = dropout
+        self.attention_rate = attention_dropout  # on the attention probabilities; None: dropout
         self.initializer_range = initializer_range
         self.output_initializer_range = output_initializer_range  # ModernBERT: 0.02 / sqrt(2 layers)
         self.layer_norm_epsilon = layer_norm_epsilon
@@ -190,12 +199,14 @@ class ModernBlock(keras.layers.Layer):
             keras.layers.Identity(name="attention_norm") if first else norm("attention_norm")
         )
         self.qkv = dense(3 * hidden_size, initializer_range, "qkv")
-        self.attention_probs_dropout = keras.layers.Dropout(dropout, name="attention_probs_dropout")
+        self.attention_probs_dropout = Dropout(
+            dropout if attention_dropout is None else attention_dropout, name="attention_probs_dropout"
+        )
         self.attention_output = dense(hidden_size, output_initializer_range, "attention_output")
-        self.attention_dropout = keras.layers.Dropout(dropout, name="attention_dropout")
+        self.attention_dropout = Dropout(dropout, name="attention_dropout")
         self.mlp_norm = norm("mlp_norm")
         self.mlp_input = dense(2 * intermediate_size, initializer_range, "mlp_input")
-        self.mlp_dropout = keras.layers.Dropout(dropout, name="mlp_dropout")
+        self.mlp_dropout = Dropout(dropout, name="mlp_dropout")
         self.mlp_output = dense(hidden_size, output_initializer_range, "mlp_output")
 
     def build(self, input_shape):
@@ -223,8 +234,7 @@ class ModernBlock(keras.layers.Layer):
         seq_len = x.shape[1]  # static: the model is built for one T
         qkv = ops.reshape(self.qkv(x), (-1, seq_len, 3, self.num_heads, self.head_dim))  # (B, T, 3, N, D)
         cos, sin = rotary_tables(seq_len, self.head_dim, self.rope_theta)
-        q = rotate(qkv[:, :, 0], cos, sin) * ops.cast(self.head_dim**-0.5, x.dtype)
-        k, v = rotate(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
+        q, k, v = rotate(qkv[:, :, 0], cos, sin), rotate(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
         dropout = self.attention_probs_dropout
         if self.local_attention is None:
             context = global_attention(q, k, v, ids, dropout, training)
@@ -244,6 +254,7 @@ class ModernBlock(keras.layers.Layer):
             "local_attention": self.local_attention,
             "first": self.first,
             "dropout": self.dropout,
+            "attention_dropout": self.attention_rate,
             "initializer_range": self.initializer_range,
             "output_initializer_range": self.output_initializer_range,
             "layer_norm_epsilon": self.layer_norm_epsilon,
@@ -264,6 +275,7 @@ def modern_blocks(config, prefix: str = "") -> list[ModernBlock]:
             local_attention=None if config.is_global(i) else config.local_attention,
             first=i == 0,
             dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
             initializer_range=config.initializer_range,
             output_initializer_range=config.initializer_range / math.sqrt(2.0 * config.num_layers),
             layer_norm_epsilon=config.layer_norm_epsilon,

@@ -61,8 +61,9 @@ class Objective:
     def training_flops_per_example(self, config: BertConfig, seq_len: int, max_predictions: int) -> float:
         """Matmul FLOPs of one training example: 3x the forward pass (forward, then two backward),
         2 per multiply-add. BERT: the encoder, the MLM head on P positions and the pooler. ELECTRA:
-        the discriminator and its head on all T tokens, plus the generator and its MLM head."""
-        t, p, e, v = seq_len, max_predictions, config.embedding_width, config.vocab_size
+        the discriminator and its head on all T tokens, plus the generator and its MLM head. The
+        vocab is the tokenizer's: a padded vocab's extra rows are speed bought, not model work."""
+        t, p, e, v = seq_len, max_predictions, config.embedding_width, config.tokens
         if self.name == "mlm":
             heads = 2 * p * config.hidden_size * e + 2 * p * e * v + 2 * config.hidden_size**2
             return 3.0 * (_encoder_flops(config, t) + heads)

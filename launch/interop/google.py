@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from common.errors import BertbeamError
-from launch import backend
+from launch.interop.grow import exported_values
 from model.config import BertConfig
 from model.encoder import count_blocks, weights_by_path
 from pipeline import files
@@ -161,9 +161,9 @@ def save_google_checkpoint(model: keras.Model, prefix: str) -> None:
     """Writes the model's variables under Google's names and layouts (a V2 checkpoint whose keys
     are those names, so `tf.train.load_variable(prefix, name)` and google-research/bert read it)."""
     tf = _tensorflow(prefix)
-    weights = weights_by_path(model)
+    values = exported_values(model)
     rows = mappings(model)
-    tensors = [tf.constant(to_google_layout(m, np.asarray(backend.to_numpy(weights[m.ours])))) for m in rows]
+    tensors = [tf.constant(to_google_layout(m, values[m.ours])) for m in rows]
     if "/" in prefix:
         files.make_dirs(prefix.rsplit("/", 1)[0])
     tf.raw_ops.SaveV2(
@@ -199,6 +199,8 @@ def bert_config_from(raw: dict, *, hidden_act: str, layer_norm_epsilon: float = 
     """A BertConfig from the field names google-research/bert's config and Hugging Face's share
     (and ELECTRA's embedding_size, where it differs from hidden_size)."""
     embedding_size = raw.get("embedding_size")
+    hidden = raw.get("hidden_dropout_prob", 0.1)
+    attention = raw.get("attention_probs_dropout_prob", hidden)
     return BertConfig(
         embedding_size=embedding_size if embedding_size != raw["hidden_size"] else None,
         vocab_size=raw["vocab_size"],
@@ -208,7 +210,8 @@ def bert_config_from(raw: dict, *, hidden_act: str, layer_norm_epsilon: float = 
         intermediate_size=raw["intermediate_size"],
         max_position=raw["max_position_embeddings"],
         type_vocab_size=raw.get("type_vocab_size", 2),
-        dropout=raw.get("hidden_dropout_prob", 0.1),
+        dropout=hidden,
+        attention_dropout=None if attention == hidden else attention,
         initializer_range=raw.get("initializer_range", 0.02),
         layer_norm_epsilon=layer_norm_epsilon,
         hidden_act=hidden_act,
@@ -224,7 +227,7 @@ def google_config_json(bert: BertConfig) -> str:
             "google-research/bert is post-LayerNorm; a pre_layer_norm model has no equivalent"
         )
     raw = {
-        "attention_probs_dropout_prob": bert.dropout,
+        "attention_probs_dropout_prob": bert.attention_probs_dropout,
         "hidden_act": "gelu",
         "hidden_dropout_prob": bert.dropout,
         "hidden_size": bert.hidden_size,

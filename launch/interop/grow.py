@@ -1,9 +1,12 @@
-"""A release's weights into a model whose vocab extends the release's (`build_corpus --extend_vocab`):
-every weight copied as it is, but the token-indexed ones (the word embeddings, the masked-LM output
-bias) grow, each new token's row the mean of the rows of the pieces the release's vocab cut it
-into (bert4keras's `compound_tokens`, as WoBERT initialised its words).
+"""The token-indexed weights (the word embeddings, the masked-LM output bias), a row per token id.
+
+A release's weights into a model whose vocab extends the release's (`build_corpus --extend_vocab`)
+or pads it (--vocab_multiple): every weight copied as it is, but the token-indexed ones grow, each
+new token's row the mean of the rows of the pieces the release's vocab cut it into (bert4keras's
+`compound_tokens`, as WoBERT initialised its words), a padded row zeros.
 
     grow_into(model, release_model, added)      # added: the manifest's [{id, token, pieces}, ...]
+    exported_values(model)                      # what an export writes: padded rows settled
 
 `release_model` is the same architecture at the release's vocab size, warm-started from the
 release in any format (`formats.warm_start`): growing is then the same for every format.
@@ -16,6 +19,7 @@ import numpy as np
 
 from launch.checkpoints import CheckpointError
 from model.encoder import weights_by_path
+from model.masked_lm import MASKED_LOGIT, BiasAdd
 
 # The layers whose weights have a row per token id (ELECTRA's generator's under a prefix).
 TOKEN_INDEXED = ("token_embedding", "mlm_bias")
@@ -53,3 +57,25 @@ def grown_rows(rows: np.ndarray, size: int, added: list[dict]) -> np.ndarray:
     for token in added:
         out[token["id"]] = rows[token["pieces"]].mean(axis=0)
     return out
+
+
+def exported_values(model: keras.Model) -> dict[str, np.ndarray]:
+    """Every weight's value by path, on the host, as an export writes it: a padded vocab's rows
+    past its tokens (`BiasAdd.tokens`) settled to what the model's mask makes of them, zero
+    embedding rows and MASKED_LOGIT output biases, so that a reader with no mask (transformers,
+    google-research/bert) computes the same logits on every row. Training never reads those rows,
+    so nothing is lost."""
+    from launch import backend
+
+    tokens = {layer.tokens for layer in model.layers if isinstance(layer, BiasAdd) and layer.tokens}
+    values = {path: np.asarray(backend.to_numpy(w)) for path, w in weights_by_path(model).items()}
+    if not tokens:
+        return values
+    (real,) = tokens  # one vocab: ELECTRA's generator shares the embedding
+    for path, value in values.items():
+        layer = path.split("/")[0]
+        if layer.endswith(TOKEN_INDEXED) and value.ndim >= 1 and len(value) > real:
+            value = value.copy()
+            value[real:] = MASKED_LOGIT if layer.endswith("mlm_bias") else 0
+            values[path] = value
+    return values

@@ -83,7 +83,7 @@ def hf_config(bert: BertConfig, pad_token_id: int) -> dict:
         "intermediate_size": bert.intermediate_size,
         "hidden_act": ACTIVATIONS[bert.hidden_act],
         "hidden_dropout_prob": bert.dropout,
-        "attention_probs_dropout_prob": bert.dropout,
+        "attention_probs_dropout_prob": bert.attention_probs_dropout,
         "max_position_embeddings": bert.max_position,
         "type_vocab_size": bert.type_vocab_size,
         "initializer_range": bert.initializer_range,

@@ -16,8 +16,8 @@ import keras
 import numpy as np
 
 from common.errors import BertbeamError
-from launch import backend
 from launch.interop.google import MappedVariable, from_google_layout, to_google_layout
+from launch.interop.grow import exported_values
 from launch.interop.hf_tokenizer import tokenizer_files
 from model.encoder import weights_by_path
 from pipeline import files
@@ -73,11 +73,8 @@ def is_hf_config(raw: dict) -> bool:
 
 def tensors_of(model: keras.Model, rows: list[HFTensor]) -> dict[str, np.ndarray]:
     """The state dict of `rows` from the model's variables (float32, C-contiguous)."""
-    weights = weights_by_path(model)
-    return {
-        row.hf: np.ascontiguousarray(row.to_hf(np.asarray(backend.to_numpy(weights[row.ours]), np.float32)))
-        for row in rows
-    }
+    values = exported_values(model)
+    return {row.hf: np.ascontiguousarray(row.to_hf(np.asarray(values[row.ours], np.float32))) for row in rows}
 
 
 def write_hf_folder(folder: str, config: dict, tensors: dict[str, np.ndarray], vocab_file: VocabFile,

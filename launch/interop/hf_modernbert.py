@@ -104,7 +104,7 @@ def hf_modernbert_config(bert: BertConfig, special_ids: dict[str, int]) -> dict:
         "mlp_bias": False,
         "classifier_bias": False,
         "decoder_bias": True,
-        "attention_dropout": bert.dropout,
+        "attention_dropout": bert.attention_probs_dropout,
         "embedding_dropout": bert.dropout,
         "mlp_dropout": bert.dropout,
         "local_attention": bert.local_attention,
@@ -211,7 +211,8 @@ def modernbert_config(path: str) -> BertConfig:
                 f"{path}: rope_parameters.{kind}.rope_type {params['rope_type']!r}; expected default"
             )
         thetas[legacy] = float(params.get("rope_theta", field(legacy, default)))
-    dropouts = {field(name, 0.0) for name in ("attention_dropout", "embedding_dropout", "mlp_dropout")}
+    hidden = max(field(name, 0.0) for name in ("embedding_dropout", "mlp_dropout"))  # one rate here
+    attention = field("attention_dropout", 0.0)
     return BertConfig(
         architecture="modernbert",
         vocab_size=raw["vocab_size"],
@@ -220,7 +221,8 @@ def modernbert_config(path: str) -> BertConfig:
         num_heads=raw["num_attention_heads"],
         intermediate_size=raw["intermediate_size"],
         max_position=field("max_position_embeddings", 8192),
-        dropout=max(dropouts),  # one rate for all three here; ModernBERT's are all 0
+        dropout=hidden,  # ModernBERT's are all 0
+        attention_dropout=None if attention == hidden else attention,
         initializer_range=field("initializer_range", 0.02),
         layer_norm_epsilon=field("norm_eps", 1e-5),
         hidden_act=FROM_HF_ACTIVATIONS[act],

@@ -3,6 +3,7 @@ trained; its flags and its configuration errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -166,6 +167,41 @@ def test_warm_start_takes_weights_but_not_the_step(trained, small_corpus, tiny_c
                                 max_position=40).to_json())  # fmt: skip
     with pytest.raises(CheckpointError, match=r"^--init_checkpoint .*ckpt-60: does not fit this model"):
         build(prepare(run_config(small_corpus, tmp_path / "w", wrong, init_checkpoint=str(trained)), None))
+
+
+@pytest.mark.slow
+def test_a_padded_vocab_resumes_warm_starts_and_pads_a_release_on_load(
+    trained, small_corpus, tiny_config, tmp_path
+):
+    """--vocab_multiple (128 by default) rounds a preset's token rows up, and a release's, padded
+    on load: its rows as they were, the new ones zero; a --bert_config keeps its rows, and a run
+    started at other rows resumes at its own."""
+    from launch.train import build
+
+    tokens = read_manifest(str(small_corpus)).vocab.size
+    short = dict(train_steps=10, checkpoint_every=10, eval_every=10, log_every=10)
+
+    def preset_run(model_dir, **extra):  # --preset tiny, no --bert_config
+        config = run_config(small_corpus, model_dir, tiny_config, **short)
+        return dataclasses.replace(config, bert_config=None, preset="tiny", **extra)
+
+    fresh = prepare(preset_run(tmp_path / "fresh"), None)
+    assert fresh.bert.vocab_size == -(-tokens // 128) * 128 and fresh.bert.tokens == tokens
+    assert prepare(run_config(small_corpus, trained, tiny_config), None).bert.vocab_size == tokens
+
+    unpadded_dir = tmp_path / "unpadded"
+    train(preset_run(unpadded_dir, vocab_multiple=1))
+    run = prepare(preset_run(unpadded_dir), None)  # --vocab_multiple 128, the default
+    assert run.bert.vocab_size == tokens and build(run) == 10  # resumed at its own rows
+
+    release, _ = read_checkpoint(latest(str(unpadded_dir / "checkpoints")))
+    run = prepare(preset_run(tmp_path / "warm", init_checkpoint=str(unpadded_dir)), None)
+    assert build(run) == 0 and run.bert.vocab_size == fresh.bert.vocab_size
+    rows = run.model.get_layer("token_embedding").embeddings.numpy()
+    np.testing.assert_array_equal(rows[:tokens], release["model/token_embedding/embeddings"])
+    assert not rows[tokens:].any()
+    with pytest.raises(ConfigError, match=r"--vocab_multiple: expected >= 1, found 0"):
+        run_config(small_corpus, tmp_path / "x", tiny_config, vocab_multiple=0)
 
 
 @pytest.mark.slow

@@ -191,6 +191,45 @@ def test_import_of_a_pretraining_model_brings_pooler_and_nsp(wordpiece, batch, t
     assert sorted(fresh) == ["nsp_logits/bias", "nsp_logits/kernel", "pooler/bias", "pooler/kernel"]
 
 
+def test_a_padded_vocab_masks_its_rows_and_exports_exactly(wordpiece, batch, tmp_path):
+    """Rows rounded up to a multiple of 128: on the tokens' rows the same logits as the model
+    without them, the padded rows masked; the export's transformers logits match on every row
+    (its vocab_size the rows, its tokenizer the tokens), and it reads back as the same model."""
+    from model.masked_lm import MASKED_LOGIT
+
+    vocab_file = wordpiece
+    tokens = vocab_file.load().size
+    plain = randomized(build_pretraining_model(bert_config(tokens, "gelu"), T, P, next_sentence=False), 8)
+    padded_bert = bert_config(tokens, "gelu").padded(128)
+    assert padded_bert.vocab_size % 128 == 0 and padded_bert.vocab_size > tokens == padded_bert.tokens
+    padded = randomized(
+        build_pretraining_model(padded_bert, T, P, next_sentence=False), 9
+    )  # rows past: random
+    for ours, theirs in zip(padded.weights, plain.weights, strict=True):
+        value = theirs.numpy()
+        if ours.shape != theirs.shape:  # the token-indexed rows: the plain model's, then random ones
+            value = np.concatenate([value, ours.numpy()[tokens:]])
+        ours.assign(value)
+    logits = ours_logits(padded, batch)
+    np.testing.assert_allclose(logits[..., :tokens], ours_logits(plain, batch), atol=1e-5)
+    assert (logits[..., tokens:] == MASKED_LOGIT).all()
+
+    save_hf(padded, padded_bert, vocab_file, str(tmp_path / "hf"))
+    hf_model, info, _ = load_quietly(transformers.BertForMaskedLM, tmp_path / "hf")
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert hf_model.config.vocab_size == padded_bert.vocab_size
+    assert len(transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))) == tokens
+    assert np.abs(logits - hf_logits(hf_model, batch)).max() <= TOLERANCE
+
+    read = hf_bert_config(str(tmp_path / "hf" / "config.json"))
+    assert read.vocab_size == padded_bert.vocab_size
+    back = build_pretraining_model(
+        dataclasses.replace(read, tokenizer_size=tokens), T, P, next_sentence=False
+    )
+    assert load_hf_checkpoint(back, str(tmp_path / "hf")) == []
+    np.testing.assert_allclose(ours_logits(back, batch), logits, atol=1e-5)
+
+
 def test_a_missing_or_misshapen_tensor_is_a_one_line_error(wordpiece, tmp_path):
     from safetensors.numpy import load_file, save_file
 
@@ -306,9 +345,10 @@ def test_warm_start_from_hf_folder_with_its_config(small_corpus, tmp_path):
         run.model.get_layer("transformer_1").output_dense.kernel.numpy(),
         hf_model.bert.encoder.layer[1].output.dense.weight.detach().numpy().T,
     )
-    np.testing.assert_array_equal(
-        run.model.get_layer("mlm_bias").bias.numpy(), hf_model.cls.predictions.bias.detach().numpy()
-    )
+    # The release's rows, padded on load to a multiple of 128 (--vocab_multiple's default)
+    bias = run.model.get_layer("mlm_bias").bias.numpy()
+    assert run.bert.vocab_size == len(bias) == -(-vocab_size // 128) * 128 > vocab_size
+    np.testing.assert_array_equal(bias[:vocab_size], hf_model.cls.predictions.bias.detach().numpy())
     # Without --bert_config, the folder's config.json is the shape.
     assert prepare(config("from_folder", None), None).bert == run.bert
     # A shape that does not fit the checkpoint: a one-line error naming the tensor.
