@@ -60,7 +60,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-tagging bench-budget bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-tagging bench-budget bench-dropout bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 # make help: every target, with the first line of the comment above it.
 help:
@@ -235,6 +235,11 @@ bench-tagging: $(STAMP)
 # (bench/budget.py): hours, in cells; SHARD=I/N runs every Nth cell, for N processes at once.
 bench-budget: $(STAMP)
 	$(BIN)/python bench/budget.py $(if $(SHARD),--shard $(SHARD))
+
+# Attention dropout 0 against BERT's 0.1, pretrained and fine-tuned on two tasks (bench/dropout.py):
+# about 40 minutes, in cells.
+bench-dropout: $(STAMP)
+	$(BIN)/python bench/dropout.py
 
 # Adapting a release against the release as it is (bench/adapt.py): hours, in cells, as bench-quality.
 bench-adapt: $(STAMP)
