@@ -253,14 +253,15 @@ def forgetting(folder: Path, data: Path, out: Path) -> dict:
 # === Fine-tuning ===
 
 
-def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_rate: float, **source) -> dict:
+def finetune(name: str, task: str, data: Path, out: Path, seed: int, learning_rate: float,
+             pooling: str = "mean", **source) -> dict:  # fmt: skip
     from launch.finetune.config import FinetuneConfig
 
     config = FinetuneConfig(
         train=str(train_examples(task, data, out)), validation=str(task_file(task, "validation", data)),
         test=str(task_file(task, "test", data)), output=str(out / "finetune" / name),
         seq_len=TASKS[task]["seq_len"], epochs=FT_EPOCHS, patience=0, learning_rate=learning_rate,
-        global_batch_size=FT_BATCH, pooling="mean", strategy="cpu", seed=seed, export=False, **source,
+        global_batch_size=FT_BATCH, pooling=pooling, strategy="cpu", seed=seed, export=False, **source,
     )  # fmt: skip
     return CELLS.finetune(name, config)
 
@@ -311,6 +312,14 @@ def cells(data: Path, out: Path) -> dict:
     for variant in order[2:]:
         for task in TASKS:
             add_variant(grid, task, variant, data, out)
+    # The release as it is with [CLS] pooling (what --pooling auto picks for it: its folder has
+    # pooler weights) against mean, which sentence-transformers trained and serves it with (issue 58)
+    for task in TASKS:
+        for seed in SEEDS:
+            name = f"ft-{task}-release-cls-seed{seed}"
+            grid[name] = lambda n=name, t=task, s=seed: finetune(
+                n, t, data, out, s, ft_rate(t, data, out), pooling="cls", **release_source(data)
+            )  # fmt: skip
     return grid
 
 
@@ -332,7 +341,7 @@ def report(results: dict[str, dict]) -> dict:
     table = {}
     for task in TASKS:
         rows = {}
-        for model in ["release", "scratch", *VARIANTS]:
+        for model in ["release", "scratch", *VARIANTS, "release-cls"]:
             found = [results[f"ft-{task}-{model}-seed{s}"]["test_accuracy"]
                      for s in SEEDS if f"ft-{task}-{model}-seed{s}" in results]  # fmt: skip
             if found:

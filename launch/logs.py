@@ -35,7 +35,12 @@ class EventFile:
 
         self._event = event_pb2.Event
         stamp = time.time()
-        self.path = f"{folder}/events.out.tfevents.{int(stamp)}.{socket.gethostname()}.{os.getpid()}.bertbeam"
+        name = f"{int(stamp)}.{socket.gethostname()}.{os.getpid()}.bertbeam"
+        self.path = f"{folder}/events.out.tfevents.{name}"
+        # Written whole under a name TensorBoard does not read (it reads any "tfevents" name): a
+        # run killed mid-flush leaves that partial copy, and its resumed process (another pid)
+        # never overwrites it.
+        self.partial = f"{folder}/.partial.{name}.tmp"
         self._records = [
             tfrecord_framed(self._event(wall_time=stamp, file_version="brain.Event:2").SerializeToString())
         ]
@@ -50,7 +55,7 @@ class EventFile:
         self._records.append(tfrecord_framed(event.SerializeToString()))
 
     def flush(self) -> None:
-        files.write_atomically(self.path, b"".join(self._records))
+        files.write_atomically(self.path, b"".join(self._records), tmp=self.partial)
 
 
 class EpochLog(keras.callbacks.Callback):

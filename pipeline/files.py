@@ -148,12 +148,12 @@ def rename(source: str, destination: str) -> None:
         os.replace(source, destination)
 
 
-def write_atomically(path: str, data: bytes | str) -> None:
-    """Write to a temporary name beside `path`, then rename over it: a reader (or a run killed
-    mid-write) sees the old file or the new one, never part of one; a killed writer's leftover
-    `.tmp` is overwritten by the next write. GCS has no rename: Beam copies, then deletes, and the
-    final object still appears whole."""
-    tmp = f"{path}.tmp"
+def write_atomically(path: str, data: bytes | str, tmp: str | None = None) -> None:
+    """Write to a temporary name beside `path` (`tmp`, else `path`.tmp), then rename over it: a
+    reader (or a run killed mid-write) sees the old file or the new one, never part of one; a
+    killed writer's leftover `.tmp` is overwritten by the next write. GCS has no rename: Beam
+    copies, then deletes, and the final object still appears whole."""
+    tmp = tmp or f"{path}.tmp"
     with create_file(tmp) as f:
         f.write(data.encode() if isinstance(data, str) else data)
     rename(tmp, path)
