@@ -87,9 +87,9 @@ KEEP = "--keep_checkpoints 10"  # the head warm-up's last checkpoint stays, for 
 
 
 def fetch(name: str, data: Path) -> Path:
-    from pipeline import fetch_corpora
+    from pipeline.fetch.corpora import FETCHERS
 
-    return fetch_corpora.FETCHERS[name](data)
+    return FETCHERS[name](data)
 
 
 def task_file(task: str, split: str, data: Path) -> Path:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 57's device check: BERT-base at seq_len 128 and 512, ModernBERT-base and BERT-large at 128,
-# bf16, XLA, as configured, then each change (fused attention, attention dropout 0, the padded
-# vocab, Dropout's random bits) switched off on its own: twelve rows, each a compile and 100 timed
-# steps, within 8 minutes on an H100 or H200. Each row is written to bench/results/gpu.json as it
-# finishes (the device named), and a rerun skips the rows already there.
+# bf16, XLA, as configured, then attention dropout 0 (the fused kernel), the unpadded vocab and
+# Dropout's cheaper random bits, each on its own: eight rows, each a compile and 100 timed steps,
+# about 8 minutes on an H100 or H200 (`--rows extra`: six second-order rows, for a second call).
+# Each row is written to bench/results/gpu.json as it finishes (the device named), and a rerun
+# skips the rows already there.
 #
-#   bash bench/gpu.sh [--rows base@128,base@512:fused=off,...] [--steps 100] [--output FILE]
+#   bash bench/gpu.sh [--rows plan|extra|base@128,base@512:fused=off,...] [--steps 100] [--output FILE]
 #
 # Dry run on a CPU (what tests/test_gpu_bench.py does, without TensorFlow):
 #   KERAS_BACKEND=jax bash bench/gpu.sh --rows tiny@128,tiny@128:fused=off --batch_sizes 128:4 \
