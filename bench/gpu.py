@@ -41,7 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from common.errors import ConfigError  # noqa: E402
 
-VOCAB_MULTIPLE = 128  # launch.pretrain's --vocab_multiple default
+# launch.pretrain's --vocab_multiple default, stated here so that the device script imports only
+# the model, the optimizer and the loss (launch.config brings the pipeline's imports)
+VOCAB_MULTIPLE = 128
 
 
 def gpu_name() -> str:

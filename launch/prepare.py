@@ -226,7 +226,8 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
     rows = bert.vocab_size
     if not config.bert_config or config.init_checkpoint:
         bert = bert.padded(config.vocab_multiple)
-    started = started_shape(config.model_dir)
+    run_dir = RunDir(config.model_dir)
+    started = run_dir.read_bert_config() if run_dir.exists(BERT_CONFIG) else None  # a run to resume
     if started and started.tokens == bert.tokens and started.vocab_size != bert.vocab_size:
         # A run started at other rows (before --vocab_multiple, or with another) resumes at its own.
         print(f"model: {started.vocab_size} token rows, as {config.model_dir} was started (--vocab_multiple "
@@ -246,12 +247,6 @@ def resolve_bert_config(config: TrainConfig, corpora: list[Corpora]) -> BertConf
             "or raise max_position"
         )
     return bert
-
-
-def started_shape(model_dir: str) -> BertConfig | None:
-    """The model shape a run in `model_dir` was started with, if one was."""
-    path = f"{model_dir.rstrip('/')}/{BERT_CONFIG}"
-    return BertConfig.from_json(files.read_text(path)) if files.exists(path) else None
 
 
 def validation_batches(config: TrainConfig, manifest: Manifest, global_batch: int) -> int:
