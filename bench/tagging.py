@@ -127,6 +127,19 @@ def corpus(data: Path, out: Path, cells: Cells = CELLS) -> Path:
     if cells.done("corpus") is not None and (folder / "manifest.json").exists():
         return folder
     start = time.time()
+    source, found = training_text(data, out)
+    seconds = run(["-m", "pipeline.build_corpus", "--input", str(source), "--output", str(folder),
+                   "--seq_len", str(SEQ_LEN), "--max_predictions", "10", "--dupe_factor", "1",
+                   "--vocab_size", "8000", "--vocab_model_type", "wordpiece",
+                   "--word_segmenter", "jieba", "--whole_word_mask"])  # fmt: skip
+    found = {**found, "build_seconds": round(seconds, 1)}
+    cells.record("corpus", {"source": "zh_news minus pd_ner validation and test"}, found, time.time() - start)
+    return folder
+
+
+def training_text(data: Path, out: Path) -> tuple[Path, dict]:
+    """out/zh_news_train_split.txt, zh_news without pd_ner's validation and test sentences (the
+    pretraining's text: bench/gap.py adapts a release on it too), and what was dropped."""
     held_out = {
         sentence_text(block)
         for split in ("validation", "test")
@@ -145,15 +158,9 @@ def corpus(data: Path, out: Path, cells: Cells = CELLS) -> Path:
     source = out / "zh_news_train_split.txt"
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(text, encoding="utf-8")
-    seconds = run(["-m", "pipeline.build_corpus", "--input", str(source), "--output", str(folder),
-                   "--seq_len", str(SEQ_LEN), "--max_predictions", "10", "--dupe_factor", "1",
-                   "--vocab_size", "8000", "--vocab_model_type", "wordpiece",
-                   "--word_segmenter", "jieba", "--whole_word_mask"])  # fmt: skip
     found = {"paragraphs": len(paragraphs), "sentences_dropped": dropped, "characters": len(text),
-             "held_out_sentences_of_10_or_more_still_in_it": still,
-             "build_seconds": round(seconds, 1)}  # fmt: skip
-    cells.record("corpus", {"source": "zh_news minus pd_ner validation and test"}, found, time.time() - start)
-    return folder
+             "held_out_sentences_of_10_or_more_still_in_it": still}  # fmt: skip
+    return source, found
 
 
 def pretrain(data: Path, out: Path, cells: Cells = CELLS, name: str = "pretrain", flags: tuple = ()) -> Path:
@@ -193,8 +200,10 @@ def run_lost(out: Path, cells: Cells = CELLS, name: str = "pretrain") -> bool:
 
 
 def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratch: bool = False,
-             **source) -> dict:  # fmt: skip
-    if (found := done(name)) is not None:
+             cells: Cells = CELLS, **source) -> dict:  # fmt: skip
+    """One tagging cell, recorded in `cells` (bench/gap.py's own); `source`: the encoder's
+    FinetuneConfig fields (default: this bench's pretraining)."""
+    if (found := cells.done(name)) is not None:
         return found
     import keras
 
@@ -219,7 +228,7 @@ def finetune(name: str, data: Path, out: Path, head: str, seed: int, from_scratc
               "unaligned_entities": test["unaligned_entities"], "best_epoch": summary_["best_epoch"],
               "recipe": figures["recipe"]}  # fmt: skip
     config_json = {k: v for k, v in vars(config).items() if v is not None and k != "output"}
-    return record(name, config_json, result, time.time() - start)
+    return cells.record(name, config_json, result, time.time() - start)
 
 
 def cells(data: Path, out: Path) -> dict:

@@ -3,12 +3,14 @@ vocab (extended with the domain's words if asked), continue its masked-LM pretra
 warm-up, and export the result in the release's own format. Re-running the same command resumes.
 
     python -m launch.adapt --release data/releases/all-MiniLM-L6-v2 --input 'domain/*.txt' --output out/adapt
-    make adapt RELEASE=DIR INPUT='domain/*.txt' [OUT=out/adapt] [TRAIN_STEPS=N] [EXTEND=N]
+    make adapt RELEASE=DIR INPUT='domain/*.txt' [OUT=out/adapt] [TRAIN_STEPS=N] [EXTEND=N] [EXTEND_MIN=K]
 
 The steps, each skipped when its output is already there:
-  1. OUTPUT/corpus   `pipeline.build_corpus --vocab RELEASE [--extend_vocab N]` (plus --corpus_args)
-  2. OUTPUT/run      `launch.pretrain --init_checkpoint RELEASE --head_warmup_steps ...` (resumes;
-                     plus --train_args, which override the defaults below)
+  1. OUTPUT/corpus   `pipeline.build_corpus --vocab RELEASE [--extend_vocab N] [--extend_min_count K]`
+                     (plus --corpus_args)
+  2. OUTPUT/run      `launch.pretrain --init_checkpoint RELEASE --head_warmup_steps ...
+                     [--extension_init pieces|mean|random] [--warmup_embeddings]` (resumes; plus
+                     --train_args, which override the defaults below)
   3. OUTPUT/export   `launch.export --format hf` for a Hugging Face release, `google` for a
                      google-research/bert one: ready for `launch.finetune --init_checkpoint` and
                      for transformers
@@ -89,7 +91,8 @@ def train_args(args, init_checkpoint: str, extra: list[str] = ()) -> list[str]:
         "--warmup_steps", str(round(RECIPE["warmup_fraction"] * steps)),
         "--head_warmup_steps", str(head), "--global_batch_size", str(RECIPE["global_batch_size"]),
         "--dynamic_masking", "--log_every", str(interval), "--checkpoint_every", str(interval * 5),
-        "--eval_every", str(interval * 5), *extra,
+        "--eval_every", str(interval * 5), "--extension_init", args.extension_init,
+        *(["--warmup_embeddings"] if args.embeddings_first else []), *extra,
         *shlex.split(args.train_args),
     ]  # fmt: skip
 
@@ -111,6 +114,7 @@ def adapt(argv: list[str] | None) -> None:
     else:
         print(f"1/3 corpus: {args.input} with {args.release}'s vocab -> {corpus}", flush=True)
         extend = ["--extend_vocab", str(args.extend_vocab)] if args.extend_vocab else []
+        extend += ["--extend_min_count", str(args.extend_min_count)] if args.extend_min_count else []
         corpus_argv = ["--input", args.input, "--output", corpus, "--vocab", args.release, *extend]
         status = build_corpus.main([*corpus_argv, *CORPUS_DEFAULTS, *shlex.split(args.corpus_args)])
         if status:
@@ -135,6 +139,23 @@ def parser() -> Parser:
     p.add_argument("--output", default="out/adapt", help="corpus/, run/ and export/ go here")
     p.add_argument("--train_steps", type=int, default=1000, help="continued pretraining updates")
     p.add_argument("--extend_vocab", type=int, default=0, help="add up to N domain tokens to the vocab")
+    p.add_argument(
+        "--extend_min_count",
+        type=int,
+        default=0,
+        help="add every domain token used at least K times (a script the release lacks)",
+    )
+    p.add_argument(
+        "--extension_init",
+        choices=("pieces", "mean", "random"),
+        default="pieces",
+        help="how added tokens the release knows only as [UNK] start (launch.pretrain's flag)",
+    )
+    p.add_argument(
+        "--embeddings_first",
+        action="store_true",
+        help="the head warm-up trains the token embeddings too, under the frozen encoder",
+    )
     p.add_argument("--corpus_args", default="", help="more pipeline.build_corpus flags, one string")
     p.add_argument("--train_args", default="", help="more launch.pretrain flags (they win), one string")
     return p

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Literal
 
 from common.cli import Parser, add_arguments, field
 from common.errors import ConfigError, need
@@ -111,6 +112,15 @@ class TrainConfig:
         1.0, "with --init_checkpoint: the weights that start fresh learn at this multiple of the rate "
         "throughout (bert4keras's lr_multiplier: a fresh head at a release's low rate barely learns); adamw",
     )  # fmt: skip
+    extension_init: Literal["pieces", "mean", "random"] = field(
+        "pieces", "a vocab extended from the release's (build_corpus --extend_vocab): how added tokens the "
+        "release knows only as [UNK] start; pieces: as every added token, the mean of its pieces' rows (here "
+        "the [UNK] row); mean: the mean of the release's rows; random: random rows at their mean norm",
+    )  # fmt: skip
+    warmup_embeddings: bool = field(
+        False, "with --head_warmup_steps: the token embeddings train in the warm-up too, at the fresh "
+        "weights' rate (Artetxe et al. 2020: an extended vocab's rows learned under the frozen body first)",
+    )  # fmt: skip
     peak_tflops: float | None = field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = field(True, "write model_dir/export/ at the end")
     trace_batches: bool = field(False, "debugging: a digest of every batch read, in model_dir/trace/")
@@ -150,6 +160,10 @@ class TrainConfig:
                 f"--head_warmup_steps {self.head_warmup_steps}: expected a multiple of --log_every "
                 f"{self.log_every} below --train_steps {self.train_steps}",
             )
+        need(
+            not self.warmup_embeddings or bool(self.head_warmup_steps),
+            "--warmup_embeddings trains the token embeddings in the head warm-up: needs --head_warmup_steps",
+        )
         if self.fresh_lr_multiplier != 1.0:
             need(
                 bool(self.init_checkpoint) and self.optimizer == "adamw" and self.fresh_lr_multiplier > 0,

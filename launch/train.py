@@ -182,7 +182,7 @@ def build(run: Run, stage: Stage | None = None) -> int:
             fresh = start_from_release(run, stage)
             run.write_dir.write_json(WARM_START, {"source": config.init_checkpoint, "fresh": fresh})
         if config.fresh_lr_multiplier != 1.0:
-            learn_fresh_faster(run, optimizer)
+            learn_fresh_faster(run, stage, optimizer)
         if config.head_warmup_steps:
             train_fresh_only(run, stage)
     run.write_dir.keep_corpus(manifest)  # export and fine-tuning read the vocab from the run
@@ -205,11 +205,21 @@ def start_from_release(run: Run, stage: Stage) -> list[str]:
         at_release = dataclasses.replace(run.bert, vocab_size=rows, tokenizer_size=None)
         source = pretraining_model(config.pretraining_objective, at_release, manifest, seed=config.seed)
     fresh = warm_start(source, config.init_checkpoint)
-    grown = grow_into(run.model, source, added)
+    unk = manifest.vocab.special_ids["unk"]
+    grown = grow_into(run.model, source, added, config.extension_init, unk, config.seed)
     if added:
-        print(f"vocab extension: {len(added)} new tokens' rows in {', '.join(grown)} start as the "
-              "mean of their pieces' rows in the release", flush=True)  # fmt: skip
+        unknown = sum(a["pieces"] == [unk] for a in added)
+        print(f"vocab extension: {len(added) - unknown} new tokens' rows in {', '.join(grown)} start as the "
+              f"mean of their pieces' rows in the release; {unknown} it knows only as [UNK] start as "
+              f"{UNKNOWN_STARTS[config.extension_init]}", flush=True)  # fmt: skip
     return fresh
+
+
+UNKNOWN_STARTS = {  # --extension_init, as the log says it
+    "pieces": "its [UNK] row",
+    "mean": "the mean of its rows",
+    "random": "random rows at its rows' mean norm",
+}
 
 
 def release_rows(run: Run, stage: Stage) -> int:
@@ -229,10 +239,23 @@ def fresh_weights(run: Run) -> set[str]:
     return set(json.loads(record.read(WARM_START))["fresh"])
 
 
-def learn_fresh_faster(run: Run, optimizer) -> None:
+def warmed_up(run: Run, stage: Stage) -> set[str]:
+    """The paths of the weights that train in `stage`'s head warm-up: those that started fresh,
+    and with --warmup_embeddings the token embeddings (ELECTRA's generator's too); none outside it."""
+    if not stage.phase.head_only:
+        return set()
+    embeddings = set()
+    if run.config.warmup_embeddings:
+        embeddings = {v.path for v in run.model.trainable_variables
+                      if v.path.split("/")[0].endswith("token_embedding")}  # fmt: skip
+    return fresh_weights(run) | embeddings
+
+
+def learn_fresh_faster(run: Run, stage: Stage, optimizer) -> None:
     """--fresh_lr_multiplier: the layers that started fresh learn at that multiple of the rate for
-    the whole run, in the head warm-up and after it."""
-    layers = layers_of(sorted(fresh_weights(run)))
+    the whole run, in the head warm-up and after it; with --warmup_embeddings the token embeddings
+    too, in the warm-up only (a release's own rows then go on at its rate)."""
+    layers = layers_of(sorted(fresh_weights(run) | warmed_up(run, stage)))
     factor = run.config.fresh_lr_multiplier
     getattr(optimizer, "inner_optimizer", optimizer).set_lr_multipliers(dict.fromkeys(layers, factor))
     if layers:
@@ -240,9 +263,10 @@ def learn_fresh_faster(run: Run, optimizer) -> None:
 
 
 def train_fresh_only(run: Run, stage: Stage) -> None:
-    """--head_warmup_steps: in the head-only phase, every weight the warm start filled is frozen
-    (the optimizer was built with all of them, so its slots and checkpoints are the same in both
-    phases); the count that trains is logged in each phase."""
+    """--head_warmup_steps: in the head-only phase, every weight the warm start filled is frozen,
+    but the token embeddings with --warmup_embeddings (`warmed_up`; the optimizer was built with
+    all of them, so its slots and checkpoints are the same in both phases); the count that trains
+    is logged in each phase."""
     trainable = run.model.trainable_variables
     total = sum(int(np.prod(v.shape)) for v in trainable)
     phase = stage.phase
@@ -250,7 +274,7 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
         print(f"steps {phase.start}-{phase.end}: all {len(trainable)} weights train ({total:,} parameters)",
               flush=True)  # fmt: skip
         return
-    fresh = fresh_weights(run)
+    fresh = warmed_up(run, stage)
     training = [v for v in trainable if v.path in fresh]
     if not training:
         source = run.config.init_checkpoint
@@ -265,7 +289,8 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
             variable.trainable = variable.path in fresh
     kept = sum(int(np.prod(v.shape)) for v in training)
     print(f"head warm-up, steps {phase.start}-{phase.end}: {len(training)} of {len(trainable)} weights train "
-          f"({kept:,} of {total:,} parameters), those that started fresh: "
+          f"({kept:,} of {total:,} parameters), those that started fresh"
+          f"{' and the token embeddings' if run.config.warmup_embeddings else ''}: "
           f"{', '.join(layers_of([v.path for v in training]))}", flush=True)  # fmt: skip
 
 

@@ -126,7 +126,7 @@ def build_pipeline(
 
     if given_vocab is None:
         vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg, counted=counted_before_vocab())
-    elif cfg.extend_vocab:
+    elif cfg.extending:
         vocab = documents("RereadForVocab") | "ExtendVocab" >> TrainVocab(
             cfg, base=given_vocab, counted=counted_before_vocab()
         )
@@ -246,7 +246,7 @@ def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
         origin = {"name": release.name, "folder": cfg.vocab, "sha256": sha256}
         log.info("vocab of the release %s: %s (%s, lower case: %s)", release.name, release.vocab_path,
                  vocab_file.kind, vocab_file.lower_case)  # fmt: skip
-        if cfg.extend_vocab:
+        if cfg.extending:
             check_extendable(vocab_file)
         return dataclasses.replace(vocab_file, release=origin)
     kind = kind_of(cfg.vocab)
@@ -258,7 +258,7 @@ def load_given_vocab(cfg: CorpusConfig) -> VocabFile | None:
         raise VocabError(f"--vocab {cfg.vocab}: not a readable {kind} vocab ({e})") from None
     except VocabError as e:
         raise VocabError(f"--vocab {cfg.vocab}: {e}") from None
-    if cfg.extend_vocab:
+    if cfg.extending:
         check_extendable(vocab_file)
     return vocab_file
 

@@ -76,7 +76,13 @@ class CorpusConfig:
     extend_vocab: int = field(
         0,
         "with --vocab (a WordPiece vocab.txt, a sentencepiece unigram model or a release folder): add up to "
-        "N tokens learned from this text, into its [unusedN] slots first, then appended (WoBERT's)",
+        "N tokens learned from this text, into its [unusedN] slots first, then appended (WoBERT's); with "
+        "--extend_min_count, at most N (more is an error)",
+    )
+    extend_min_count: int = field(
+        0,
+        "with --vocab: add every token the domain's sample uses at least K times that the vocab lacks (a "
+        "script it cuts to [UNK], such as Chinese for an English release), however many",
     )
     vocab_size: int | None = field(None, "instead of --vocab: train a vocab of this size")
     vocab_model_type: Literal["unigram", "bpe", "wordpiece"] = field(
@@ -192,8 +198,9 @@ class CorpusConfig:
             else (self.vocab_model_type == "wordpiece")
         )
         need(self.extend_vocab >= 0, f"--extend_vocab: expected >= 0, found {self.extend_vocab}")
+        need(self.extend_min_count >= 0, f"--extend_min_count: expected >= 0, found {self.extend_min_count}")
         need(
-            not self.extend_vocab or (self.vocab and not self.vocab.endswith(".json")),
+            not self.extending or (self.vocab and not self.vocab.endswith(".json")),
             "--extend_vocab extends a given vocab: --vocab vocab.txt, a sentencepiece .model or a release "
             "folder",
         )
@@ -305,6 +312,11 @@ class CorpusConfig:
             self.filter_processes >= -1,
             f"--filter_processes: expected >= 0, or -1 (automatic), found {self.filter_processes}",
         )
+
+    @property
+    def extending(self) -> bool:
+        """--extend_vocab or --extend_min_count: the given vocab gains the domain's tokens."""
+        return self.extend_vocab > 0 or self.extend_min_count > 0
 
     @property
     def curating(self) -> bool:

@@ -86,3 +86,29 @@ def write_release(folder: Path, layout: str, vocab_txt: Path, *, max_position: i
             json.dumps({"word_embedding_dimension": H, "pooling_mode_mean_tokens": True})
         )
     return model
+
+
+def export_logit_gap(run_dir: Path, export: Path, corpus: Path) -> float:
+    """The largest difference between the masked-LM logits of the run's Keras model and those
+    transformers computes from its Hugging Face export, on a batch of the corpus's validation rows
+    (one document per row, as Hugging Face sees a row)."""
+    from launch.export import restore
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.schema import read_manifest
+
+    hf_model = transformers.BertForMaskedLM.from_pretrained(str(export)).eval()
+    model = restore(str(run_dir))[0]
+    rows = make_dataset(read_manifest(str(corpus)), "validation", InputConfig(4, training=False))
+    x, _, _ = next(iter(rows))
+    features = {k: np.asarray(v) for k, v in x.items()}
+    features["document_ids"] = features["input_mask"]
+    ours = np.asarray(model(features, training=False)["mlm"])
+    with torch.no_grad():
+        out = hf_model(
+            input_ids=torch.from_numpy(features["input_ids"].astype(np.int64)),
+            attention_mask=torch.from_numpy(features["input_mask"].astype(np.int64)),
+            token_type_ids=torch.from_numpy(features["segment_ids"].astype(np.int64)),
+        )
+    positions = features["masked_lm_positions"].astype(np.int64)
+    theirs = np.take_along_axis(out.logits.numpy(), positions[:, :, None], axis=1)
+    return float(np.abs(ours - theirs).max())

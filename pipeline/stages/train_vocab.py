@@ -30,8 +30,8 @@ class TrainVocab(beam.PTransform):
     """
 
     def __init__(self, cfg: CorpusConfig, base: VocabFile | None = None, counted=None):
-        """With `base` (a given vocab and --extend_vocab N): that vocab plus up to N tokens
-        learned from the sample (`vocab_extension.py`). `counted`: a side input of the stats
+        """With `base` (a given vocab and --extend_vocab N or --extend_min_count K): that vocab plus
+        the tokens learned from the sample (`vocab_extension.py`). `counted`: a side input of the stats
         counted before the vocab (read, deduplicated, curated), for the error an empty sample
         gives."""
         super().__init__()
@@ -78,11 +78,17 @@ def _train_on_sample(sample: list[tuple[int, str]], cfg: CorpusConfig, base: Voc
         raise BadInputError(nothing_left(counted))
     sentences = [s for _, s in sample]
     if base is not None:
-        log.info("extending the vocab by up to %d tokens from %s sampled sentences", cfg.extend_vocab,
-                 f"{len(sentences):,}")  # fmt: skip
+        wanted = (f"every token used at least {cfg.extend_min_count} times" if cfg.extend_min_count else
+                  f"up to {cfg.extend_vocab} tokens")  # fmt: skip
+        log.info("extending the vocab by %s from %s sampled sentences", wanted, f"{len(sentences):,}")
         started = time.monotonic()
-        extended = extend_vocab(base, sentences, cfg.extend_vocab)
+        extended = extend_vocab(base, sentences, cfg.extend_vocab, cfg.extend_min_count)
         added = extended.release["added"]
+        if not added:
+            log.warning("vocab extension: no token of the domain's sample that the vocab lacks is used %s; "
+                        "nothing was added, the build goes on with the vocab as given",
+                        f"{cfg.extend_min_count} times" if cfg.extend_min_count else "at all")  # fmt: skip
+            return extended
         slots = sum(a["id"] < extended.release["base_size"] for a in added)
         log.info("added %d tokens (%d into [unused] slots) in %.1f s: %s", len(added), slots,
                  time.monotonic() - started, " ".join(a["token"] for a in added[:12]))  # fmt: skip

@@ -8,12 +8,19 @@ size and lower-casing) has and the release's lacks, ranked by how often that dom
 them on the sample (ties by the token). They fill the release's `[unusedN]` slots first, in id
 order (Google's English vocab has 994, its Chinese one 99), so a release's ids stay where they were;
 the rest are appended. Each added token records the release's ids for its text (`pieces`): a new
-embedding row starts as the mean of those rows (`launch/interop/grow.py`).
+embedding row starts as the mean of those rows (`launch/interop/grow.py`), or, for a token the
+release knows only as [UNK], as `launch.pretrain --extension_init` says.
+
+Two ways to say how many: `count` (--extend_vocab N), the N most used; `min_count`
+(--extend_min_count K), every candidate the sample uses at least K times, which is how a script
+the release cuts to [UNK] comes in whole (an English release's vocab holds a few hundred of the
+thousands of CJK characters Chinese text uses); with both, N is a limit and more is an error.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 
 from pipeline.vocab import (
@@ -29,6 +36,10 @@ from pipeline.vocab import (
 from pipeline.vocab.spm_proto import NORMAL, UNIGRAM, model_proto_class
 
 UNUSED = re.compile(r"\[unused\d+\]")
+# The most token rows an extended vocab may have: the corpus builder carries a segmenter's
+# word-start flag in bit 30 of a token id (`pipeline/instances.py`), so ids stay below 2**30 (an
+# int32 embedding row index could go to 2**31 - 1).
+MAX_TOKENS = 1 << 30
 
 
 def check_extendable(base: VocabFile) -> None:
@@ -45,21 +56,43 @@ def check_extendable(base: VocabFile) -> None:
             raise VocabError("--extend_vocab extends a unigram sentencepiece model; this one is a bpe model")
 
 
-def extend_vocab(base: VocabFile, sentences: list[str], count: int) -> VocabFile:
-    """`base` (WordPiece or a sentencepiece unigram model) with up to `count` tokens learned from
-    `sentences`; its `release` record gains base_size and the added tokens."""
-    if base.kind == "sentencepiece":
-        return extend_sentencepiece(base, sentences, count)
-    return extend_wordpiece(base, sentences, count)
+def extend_vocab(base: VocabFile, sentences: list[str], count: int, min_count: int = 0) -> VocabFile:
+    """`base` (WordPiece or a sentencepiece unigram model) with the tokens learned from
+    `sentences` that `count` and `min_count` choose (`_ranked`); its `release` record gains
+    base_size and the added tokens (none, where no candidate qualifies: the caller says so)."""
+    extend = extend_sentencepiece if base.kind == "sentencepiece" else extend_wordpiece
+    extended = extend(base, sentences, count, min_count)
+    if not extended.release["added"]:  # the given vocab, byte for byte
+        return dataclasses.replace(base, release=extended.release)
+    return extended
 
 
-def _ranked(candidates: list[tuple[int, str]], count: int) -> list[str]:
-    """The `count` most used (uses, token) candidates, ties by the token."""
-    return [token for _, token in sorted(candidates, key=lambda c: (-c[0], c[1]))[:count]]
+def _ranked(
+    candidates: list[tuple[int, str]], count: int, min_count: int = 0, base_size: int = 0
+) -> list[str]:
+    """The (uses, token) candidates to add, most used first, ties by the token: the `count` most
+    used; with `min_count`, every one used that often (at most `count`, if given, or a one-line
+    VocabError). More than MAX_TOKENS in all is a VocabError too."""
+    ranked = sorted(candidates, key=lambda c: (-c[0], c[1]))
+    if min_count:
+        ranked = [c for c in ranked if c[0] >= min_count]
+        if count and len(ranked) > count:
+            raise VocabError(
+                f"--extend_min_count {min_count}: {len(ranked):,} tokens of the domain's sample are used at "
+                f"least {min_count} times, more than --extend_vocab {count:,} allows; raise either flag"
+            )
+    else:
+        ranked = ranked[:count]
+    if base_size + len(ranked) > MAX_TOKENS:
+        raise VocabError(
+            f"the extended vocab would hold {base_size + len(ranked):,} tokens with {len(ranked):,} added, "
+            f"more than the {MAX_TOKENS:,} a corpus can carry; raise --extend_min_count"
+        )
+    return [token for _, token in ranked]
 
 
-def extend_sentencepiece(base: VocabFile, sentences: list[str], count: int) -> VocabFile:
-    """A sentencepiece unigram model plus up to `count` pieces from a unigram model trained on
+def extend_sentencepiece(base: VocabFile, sentences: list[str], count: int, min_count: int = 0) -> VocabFile:
+    """A sentencepiece unigram model plus the pieces `_ranked` chooses from a unigram model trained on
     `sentences` at the base's size, appended with the score they have there (a sentencepiece
     model has no unused slots). Each records the base model's ids for its text as `pieces`."""
     check_extendable(base)
@@ -77,7 +110,7 @@ def extend_sentencepiece(base: VocabFile, sentences: list[str], count: int) -> V
         and not processor.is_control(i) and not processor.is_unknown(i)
     ]  # fmt: skip
     added = []
-    for token in _ranked(candidates, count):
+    for token in _ranked(candidates, count, min_count, vocab.size):
         added.append({"id": len(proto.pieces), "token": token, "pieces": _spm_pieces(vocab, token)})
         proto.pieces.add(piece=token, score=scores[token], type=NORMAL)
     record = {**base.release, "base_size": vocab.size, "added": added}
@@ -94,8 +127,8 @@ def _spm_pieces(vocab: SentencePieceVocab, token: str) -> list[int]:
     return ids or [vocab.special_ids["unk"]]
 
 
-def extend_wordpiece(base: VocabFile, sentences: list[str], count: int) -> VocabFile:
-    """`base` with up to `count` new tokens from `sentences`. Its `release` record gains
+def extend_wordpiece(base: VocabFile, sentences: list[str], count: int, min_count: int = 0) -> VocabFile:
+    """`base` with the new tokens from `sentences` that `_ranked` chooses. Its `release` record gains
     base_size and added: each new token as {"id", "token", "pieces"} (its text in the base
     vocab's ids), in id order."""
     check_extendable(base)
@@ -108,7 +141,9 @@ def extend_wordpiece(base: VocabFile, sentences: list[str], count: int) -> Vocab
     candidates = [
         (uses[i], token) for i, token in enumerate(domain.tokens) if token not in known and uses[i] > 0
     ]
-    chosen = _ranked(candidates, count)
+    chosen = _ranked(
+        candidates, count, min_count, vocab.size - sum(bool(UNUSED.fullmatch(t)) for t in vocab.tokens)
+    )
     tokens = list(vocab.tokens)
     slots = [i for i, token in enumerate(tokens) if UNUSED.fullmatch(token)]
     index = {token: i for i, token in enumerate(tokens)}

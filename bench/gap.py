@@ -1,0 +1,244 @@
+"""A release across a vocabulary gap: adapt an English release to Chinese, or pretrain your own? At
+equal compute, on People's Daily NER with a CRF and on Chinese sentiment, 3 seeds (issue 58).
+
+    .venv/bin/python bench/gap.py [--only PATTERN] [--dry_run] [--report]
+    make bench-gap               # the same; many hours on 2 cores, in cells that resume
+
+The release: all-MiniLM-L6-v2 (English, uncased WordPiece; 69 % of pd_ner's CJK characters are
+[UNK] to it). The rows, each adapted with `launch.adapt`'s recipe (RECIPE there: rate 3e-5, the
+fresh MLM head at 300x, a tenth of the run head warm-up) on the tagging bench's pretraining text
+(zh_news without pd_ner's validation and test sentences), at the tagging bench's corpus settings
+(seq_len 64, 10 predictions, jieba whole-word masking, dynamic masking, batch 32):
+- `noext`: the release's vocab as it is;
+- `ext-pieces`, `ext-mean`, `ext-random`: every token the text uses at least MIN_COUNT times added
+  (`--extend_min_count`: the CJK characters, [UNK] to the release, and a few more), the rows of
+  those the release knows only as [UNK] starting as its [UNK] row, as the mean of its rows, or
+  random at their mean norm (`--extension_init`);
+- `ext-mean-ef`, `ext-random-ef`: the same with the embeddings trained first under the frozen
+  encoder (`--embeddings_first`, Artetxe et al. 2020), in the head warm-up.
+Compute: the same wall clock as the tagging bench's own pretraining (bench/results/tagging/
+pretrain.json: 1,621 s for 9,600 tiny steps), counted in steps at the adaptation's rate on this
+machine (a `calibrate` cell: 200 steps, the rate over the last 100), so that a busy machine
+changes the time a cell takes, not what it computes.
+
+Fine-tuning, as the other benches measure, so the figures sit beside theirs:
+- `tag-VARIANT-seedS`: bench/tagging.py's CRF cells (its draws of 2,000 / 1,000 sentences, whole
+  test split, 8 epochs, the rate for the width). The release as it is, bertbeam's own pretraining
+  and scratch are the tagging bench's committed cells (ft-release-crf, ft-pretrained-crf,
+  ft-scratch-crf).
+- `classify-VARIANT-seedS` and `classify-release-seedS`: bench/budget.py's `rule` cells on
+  zh_sentiment (2,000 reviews, up to 12 epochs, patience 3); own and scratch are budget's committed
+  rule-classify cells.
+Learning curves: each adaptation's held-out masked-LM accuracy at its evaluations (a quarter of
+the run apart), beside the own pretraining's (every 1,600 steps): both are character-level on the
+same held-out zh_news text (pd_ner's held-out sentences are in neither run's text).
+
+Each cell writes bench/results/gap/CELL.json when done; a rerun skips it (bench/cells.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench import budget, tagging  # noqa: E402
+from bench.cells import Cells, command_line, run, summary  # noqa: E402
+
+CELLS = Cells(REPO / "bench" / "results" / "gap")
+SEEDS = (0, 1, 2)
+MIN_COUNT = 3  # --extend_min_count: a character seen 3 times in the text comes in
+CORPUS_ARGS = "--seq_len 64 --max_predictions 10 --word_segmenter jieba --whole_word_mask"
+EXTEND = ["--extend_min_count", str(MIN_COUNT)]
+VARIANTS = {  # name -> launch.adapt flags; in the order the grid runs them
+    "ext-random-ef": [*EXTEND, "--extension_init", "random", "--embeddings_first"],
+    "noext": [],
+    "ext-mean-ef": [*EXTEND, "--extension_init", "mean", "--embeddings_first"],
+    "ext-random": [*EXTEND, "--extension_init", "random"],
+    "ext-mean": [*EXTEND, "--extension_init", "mean"],
+    "ext-pieces": [*EXTEND, "--extension_init", "pieces"],
+}
+
+
+def release(data: Path) -> Path:
+    return data / "releases" / "all-MiniLM-L6-v2"
+
+
+def own_seconds() -> float:
+    """The wall clock of the tagging bench's own pretraining: the budget every adaptation gets."""
+    return json.loads(tagging.CELLS.path("pretrain").read_text())["seconds"]
+
+
+def own_curve() -> list[dict]:
+    """The own pretraining's held-out masked-LM figures at its evaluations (its run's history, in
+    out/bench-tagging/run when this checkout has it; else its final figures only)."""
+    history = REPO / "out" / "bench-tagging" / "run" / "history.jsonl"
+    if not history.exists():
+        return [tagging.CELLS.done("pretrain")["eval"]]
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    return [
+        {k: r[k] for k in ("step", "val_mlm_accuracy", "val_loss")} for r in rows if "val_mlm_accuracy" in r
+    ]
+
+
+def calibrate(data: Path, out: Path) -> dict:
+    """Adaptation steps/s here, at this bench's corpus settings: 200 steps of `noext`'s recipe."""
+    if (found := CELLS.done("calibrate")) is not None:
+        return found
+    start, folder = time.time(), out / "calibrate"
+    source, _ = tagging.training_text(data, out)
+    logs = "--log_every 20 --checkpoint_every 200 --eval_every 200 --eval_steps 2 --no-export"
+    run(["-m", "launch.adapt", "--release", str(release(data)), "--input", str(source),
+         "--output", str(folder), "--train_steps", "200", "--corpus_args", CORPUS_ARGS,
+         "--train_args", logs])  # fmt: skip
+    rows = [json.loads(line) for line in (folder / "run" / "history.jsonl").read_text().splitlines()]
+    rate = sum(r["examples_per_s"] for r in rows if r["step"] > 100) / sum(r["step"] > 100 for r in rows) / 32
+    return CELLS.record("calibrate", {"steps": 200, "corpus_args": CORPUS_ARGS}, {"steps_per_s": rate},
+                        time.time() - start)  # fmt: skip
+
+
+def budget_steps(data: Path, out: Path) -> int:
+    return max(100, round(calibrate(data, out)["steps_per_s"] * own_seconds() / 20) * 20)
+
+
+def adapt(variant: str, data: Path, out: Path) -> Path:
+    """The adapted release's export; the run's held-out figures and curve go in its cell. A cell
+    whose export is gone (out/ is not committed) stops the bench rather than train another one."""
+    folder, name = out / "adapt" / variant, f"adapt-{variant}"
+    if CELLS.done(name) is not None:
+        if not (folder / "export" / "config.json").exists():
+            sys.exit(f"{folder}/export: {CELLS.path(name)} records an adaptation whose export is not here; "
+                     "remove that file and the cells fine-tuned from it to run it again")  # fmt: skip
+        return folder / "export"
+    steps, start = budget_steps(data, out), time.time()
+    source, _ = tagging.training_text(data, out)
+    flags = [*VARIANTS[variant], "--corpus_args", CORPUS_ARGS, "--train_args", "--eval_steps 20"]
+    run(["-m", "launch.adapt", "--release", str(release(data)), "--input", str(source),
+         "--output", str(folder), "--train_steps", str(steps), *flags])  # fmt: skip
+    manifest = json.loads((folder / "corpus" / "manifest.json").read_text())
+    history = [json.loads(line) for line in (folder / "run" / "history.jsonl").read_text().splitlines()]
+    curve = [{k: r[k] for k in ("step", "val_mlm_accuracy", "val_loss") if k in r}
+             for r in history if "val_mlm_accuracy" in r]  # fmt: skip
+    added = manifest["vocab"]["release"].get("added") or []
+    unk = manifest["vocab"]["special_ids"]["unk"]
+    result = {"eval": json.loads((folder / "run" / "eval.json").read_text()), "curve": curve,
+              "added": len(added), "added_unknown": sum(a["pieces"] == [unk] for a in added),
+              "unk_share": unk_share(folder, unk)}  # fmt: skip
+    config = {"steps": steps, "budget_seconds": own_seconds(), "flags": flags}
+    CELLS.record(name, config, result, time.time() - start)
+    return folder / "export"
+
+
+def unk_share(folder: Path, unk: int) -> float:
+    """The share of the corpus's real tokens that are [UNK] (its validation split's)."""
+    import numpy as np
+
+    from pipeline.reader.dataset import InputConfig, make_dataset
+    from pipeline.schema import read_manifest
+
+    manifest = read_manifest(str(folder / "corpus"))
+    unknown = real = 0
+    for x, _, _ in make_dataset(manifest, "validation", InputConfig(32, training=False)):
+        ids, mask = np.asarray(x["input_ids"]), np.asarray(x["input_mask"])
+        unknown, real = unknown + int(((ids == unk) & (mask > 0)).sum()), real + int(mask.sum())
+    return round(unknown / max(real, 1), 4)
+
+
+def cells(data: Path, out: Path) -> dict:
+    """Each adaptation with its first tagging seed, then the other seeds, then the sentence task:
+    the headline comparison soonest."""
+    grid = {"calibrate": lambda: calibrate(data, out)}
+    tagging_out = out / "tagging"  # the draws: bench/tagging.py's files, made the same way
+
+    def tag(variant: str, seed: int):
+        name = f"tag-{variant}-seed{seed}"
+        grid[name] = lambda: tagging.finetune(
+            name,
+            data,
+            tagging_out,
+            "crf",
+            seed,
+            cells=CELLS,
+            init_checkpoint=f"hf:{adapt(variant, data, out)}",
+        )
+
+    def classify(variant: str, seed: int):
+        name = f"classify-{variant}-seed{seed}"
+
+        def compute():
+            source = release(data) if variant == "release" else adapt(variant, data, out)
+            return budget.finetune(name, "classify", "pretrained", seed, "rule", data, out, CELLS,
+                                   init_checkpoint=f"hf:{source}")  # fmt: skip
+
+        grid[name] = compute
+
+    for variant in VARIANTS:
+        grid[f"adapt-{variant}"] = lambda v=variant: adapt(v, data, out)
+        tag(variant, 0)
+    for seed in SEEDS[1:]:
+        for variant in VARIANTS:
+            tag(variant, seed)
+    for seed in SEEDS:
+        for variant in ("release", *VARIANTS):
+            classify(variant, seed)
+    return grid
+
+
+def report(results: dict[str, dict]) -> dict:
+    """Per model and task: test figures by seed, mean and spread; the gap of the best adapted row
+    to the release as it is and to bertbeam's own pretraining, against the larger spread; the
+    adaptations' masked-LM curves beside the own run's."""
+    tagged, budgeted = tagging.CELLS.results(), budget.CELLS.results()
+    rows = {
+        "tag": {"release": [tagged.get(f"ft-release-crf-seed{s}") for s in SEEDS],
+                "own": [tagged.get(f"ft-pretrained-crf-seed{s}") for s in SEEDS],
+                "scratch": [tagged.get(f"ft-scratch-crf-seed{s}") for s in SEEDS]},
+        "classify": {"release": [results.get(f"classify-release-seed{s}") for s in SEEDS],
+                     "own": [budgeted.get(f"rule-classify-pretrained-seed{s}") for s in SEEDS],
+                     "scratch": [budgeted.get(f"rule-classify-scratch-seed{s}") for s in SEEDS]},
+    }  # fmt: skip
+    for variant in VARIANTS:
+        rows["tag"][variant] = [results.get(f"tag-{variant}-seed{s}") for s in SEEDS]
+        rows["classify"][variant] = [results.get(f"classify-{variant}-seed{s}") for s in SEEDS]
+    figure = {"tag": lambda r: r["test_entity_f1"], "classify": lambda r: r["test"]}
+    table = {}
+    for task, models in rows.items():
+        table[task] = {}
+        for model, found in models.items():
+            found = [figure[task](r) for r in found if r is not None]
+            if found:
+                table[task][model] = {"test": [round(x, 4) for x in found], **summary(found)}
+        adapted = {m: v for m, v in table[task].items() if m in VARIANTS and v["n"] == len(SEEDS)}
+        if adapted:
+            best = max(adapted, key=lambda m: adapted[m]["mean"])
+            table[task]["best_adapted"] = best
+            for other in ("release", "own"):
+                if table[task].get(other, {}).get("n") == len(SEEDS):
+                    table[task][f"best_minus_{other}"] = {
+                        "gap": round(adapted[best]["mean"] - table[task][other]["mean"], 4),
+                        "larger_spread": round(max(adapted[best]["spread"], table[task][other]["spread"]), 4),
+                    }
+    curves = {
+        "own": own_curve(),
+        **{v: results[f"adapt-{v}"]["curve"] for v in VARIANTS if f"adapt-{v}" in results},
+    }
+    return {"tasks": table, "curves": curves,
+            "adaptations": {v: {k: results[f"adapt-{v}"][k] for k in ("added", "added_unknown", "unk_share")}
+                            for v in VARIANTS if f"adapt-{v}" in results},
+            "calibrate": results.get("calibrate")}  # fmt: skip
+
+
+def main() -> int:
+    from pipeline.fetch.corpora import minilm, pd_ner, zh_news, zh_sentiment
+
+    out = REPO / "out" / "bench-gap"
+    return command_line(__doc__, CELLS, cells, report, out, fetch=(pd_ner, zh_news, zh_sentiment, minilm))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
