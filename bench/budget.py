@@ -86,11 +86,11 @@ def task_files(task: str, data: Path, out: Path) -> dict[str, Path]:
 
 def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Path, out: Path,
              cells: Cells = CELLS, model_dir: Path | None = None,
-             init_checkpoint: str | None = None) -> dict:  # fmt: skip
+             init_checkpoint: str | None = None, pooling: str = "auto") -> dict:  # fmt: skip
     """One cell: launch.finetune in this process; the test figure at the chosen epoch, and the
     validation figure of every epoch run. `cells` records it; `model_dir`: the encoder (default:
     this bench's pretraining; bench/dropout.py's other arm), or `init_checkpoint` (a release:
-    bench/gap.py)."""
+    bench/gap.py, which also fixes `pooling`)."""
     if (found := cells.done(name)) is not None:
         return found
     import keras
@@ -99,7 +99,7 @@ def finetune(name: str, task: str, source: str, seed: int, budget: str, data: Pa
     from launch.finetune.config import FinetuneConfig
 
     files = task_files(task, data, out)
-    task_flags = {"doc_stride": DOC_STRIDE} if task != "classify" else {}
+    task_flags = {"doc_stride": DOC_STRIDE} if task != "classify" else {"pooling": pooling}
     if task == "span":
         task_flags["max_query_length"] = 16
     config = FinetuneConfig(

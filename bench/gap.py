@@ -27,8 +27,9 @@ Fine-tuning, as the other benches measure, so the figures sit beside theirs:
   and scratch are the tagging bench's committed cells (ft-release-crf, ft-pretrained-crf,
   ft-scratch-crf).
 - `classify-VARIANT-seedS` and `classify-release-seedS`: bench/budget.py's `rule` cells on
-  zh_sentiment (2,000 reviews, up to 12 epochs, patience 3); own and scratch are budget's committed
-  rule-classify cells.
+  zh_sentiment (2,000 reviews, up to 12 epochs, patience 3), mean-pooled in every row, as `auto`
+  chose for the own pretraining (its pooler never trained); own and scratch are budget's
+  committed rule-classify cells.
 Learning curves: each adaptation's held-out masked-LM accuracy at its evaluations (a quarter of
 the run apart), beside the own pretraining's (every 1,600 steps; the `own-curve` cell runs it again,
 last, as its committed cell kept only the final figures): both character-level, each on its own
@@ -181,7 +182,7 @@ def cells(data: Path, out: Path) -> dict:
         def compute():
             source = release(data) if variant == "release" else adapt(variant, data, out)
             return budget.finetune(name, "classify", "pretrained", seed, "rule", data, out, CELLS,
-                                   init_checkpoint=f"hf:{source}")  # fmt: skip
+                                   init_checkpoint=f"hf:{source}", pooling="mean")  # fmt: skip
 
         grid[name] = compute
 
