@@ -25,6 +25,7 @@ VOCAB_FILES = ("vocab.txt", "vocab.model", "spiece.model", "tokenizer.json")
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODULES = "modules.json"  # sentence-transformers: the modules in order, each with its folder
 TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"
+POOLING_MODULE = "sentence_transformers.models.Pooling"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,24 @@ def model_folder(folder: str) -> str:
         )
     path = str(found[0].get("path", "")).strip("/")
     return f"{folder}/{path}" if path not in ("", ".") else folder
+
+
+def served_pooling(folder: str) -> str | None:
+    """How a sentence-transformers release pools its encoder's outputs, as its Pooling module's
+    config.json says: "mean" (all-MiniLM-L6-v2's) or "cls"; None for any other mode (max,
+    weighted, several at once) or a folder without modules.json."""
+    folder = folder.rstrip("/")
+    if not files.exists(f"{folder}/{MODULES}"):
+        return None
+    modules = _read_json(f"{folder}/{MODULES}")
+    found = [m for m in modules if isinstance(m, dict) and m.get("type") == POOLING_MODULE]
+    path = str(found[0].get("path", "")).strip("/") if found else None
+    config_path = f"{folder}/{path}/config.json"
+    if not path or not files.exists(config_path):
+        return None
+    modes = {k.removeprefix("pooling_mode_") for k, v in _read_json(config_path).items()
+             if k.startswith("pooling_mode_") and v is True}  # fmt: skip
+    return {frozenset({"mean_tokens"}): "mean", frozenset({"cls_token"}): "cls"}.get(frozenset(modes))
 
 
 def read_release(folder: str, lower_case: bool | None = None) -> Release:

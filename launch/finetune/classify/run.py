@@ -24,7 +24,9 @@ from launch.finetune.classify.encoding import encode_texts
 from launch.finetune.classify.metrics import figures, plot_confusion
 from launch.finetune.config import FinetuneError
 from launch.finetune.skeleton import Task, full_batches, label_config
+from launch.interop.formats import HF_PREFIX
 from model.tasks.classifier import build_classifier, compile_classifier, default_pooling
+from pipeline.vocab.release import served_pooling
 
 
 class ClassifyTask(Task):
@@ -57,8 +59,11 @@ class ClassifyTask(Task):
         }
 
     def build(self, encoder: keras.Model, fresh: list[str]) -> keras.Model:
-        """--pooling auto: `default_pooling` (the pooler where pretraining trained it)."""
+        """--pooling auto: a sentence-transformers release's own (`served_pooling`), else
+        `default_pooling` (the pooler where pretraining trained it)."""
         pooling = self.config.pooling
+        if pooling == "auto" and self.source.weights.startswith(HF_PREFIX):
+            pooling = served_pooling(self.source.weights.removeprefix(HF_PREFIX)) or pooling
         self.pooling = (
             default_pooling("pooler" not in fresh, self.source.bert) if pooling == "auto" else pooling
         )

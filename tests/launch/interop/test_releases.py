@@ -228,3 +228,42 @@ def test_a_sentencepiece_vocab_is_extended_by_appending_used_pieces(botchan_voca
     ids = [i for row in vocab.encode(sentences) for i in row]
     assert all(i in ids for i in range(size, size + 17))  # each added piece is used on the domain's text
     assert [vocab.processor.id_to_piece(a["id"]) for a in added] == [a["token"] for a in added]
+
+
+def test_a_sentence_transformers_release_is_pooled_as_it_serves(botchan_wordpiece, tmp_path):
+    """--pooling auto on a sentence-transformers folder: its Pooling module's mode (all-MiniLM-L6-v2
+    was trained and is served mean-pooled, though its folder carries a pooler's weights); any other
+    mode, or a folder without modules.json, falls back to bertbeam's own rule."""
+    import json
+
+    from launch.finetune.classify.run import ClassifyTask
+    from launch.finetune.config import FinetuneConfig
+    from launch.finetune.pretrained import pretrained
+    from model.encoder import build_encoder
+    from pipeline.vocab.release import served_pooling
+
+    folder = tmp_path / "st"
+    write_release(folder, "sentence_transformers_root", botchan_wordpiece)
+    write_release(tmp_path / "plain", "bert_model", botchan_wordpiece)
+    assert served_pooling(str(folder)) == "mean" and served_pooling(str(tmp_path / "plain")) is None
+
+    def auto_pooling(release) -> str:
+        config = FinetuneConfig(train="t.jsonl", validation="v.jsonl", output=str(tmp_path / "ft"),
+                                init_checkpoint=f"hf:{release}")  # fmt: skip
+        source = pretrained(config)
+        task, encoder = ClassifyTask(config, source), build_encoder(source.bert, 17)
+        task.names = ["a", "b"]
+        task.build(encoder, source.load(encoder))
+        return task.pooling
+
+    assert auto_pooling(folder) == "mean"  # the pooler's weights are there: bertbeam's rule says cls
+    assert auto_pooling(tmp_path / "plain") == "cls"  # BertModel has a (trained) pooler
+    pooling = folder / "1_Pooling" / "config.json"
+    cases = [  # the Pooling module's modes -> what it serves as bertbeam names it -> auto's choice
+        ({"pooling_mode_cls_token": True}, "cls", "cls"),
+        ({"pooling_mode_max_tokens": True}, None, "cls"),  # not one bertbeam has: its own rule
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, None, "cls"),
+    ]
+    for modes, served, auto in cases:
+        pooling.write_text(json.dumps({"word_embedding_dimension": 12, **modes}))
+        assert (served_pooling(str(folder)), auto_pooling(folder)) == (served, auto)
