@@ -48,14 +48,20 @@ def model_folder(folder: str) -> str:
     folder = folder.rstrip("/")
     if not files.exists(f"{folder}/{MODULES}"):
         return folder
-    modules = _read_json(f"{folder}/{MODULES}")
-    found = [m for m in modules if isinstance(m, dict) and m.get("type") == TRANSFORMER_MODULE]
-    if not found:
+    path = _module_path(folder, TRANSFORMER_MODULE)
+    if path is None:
         raise VocabError(
             f"{folder}/{MODULES}: no {TRANSFORMER_MODULE} module in this sentence-transformers folder"
         )
-    path = str(found[0].get("path", "")).strip("/")
     return f"{folder}/{path}" if path not in ("", ".") else folder
+
+
+def _module_path(folder: str, kind: str) -> str | None:
+    """The folder (relative, "" for the root) of the first module of type `kind` that the
+    sentence-transformers folder's modules.json lists; None if it lists none."""
+    modules = _read_json(f"{folder}/{MODULES}")
+    found = [m for m in modules if isinstance(m, dict) and m.get("type") == kind]
+    return str(found[0].get("path", "")).strip("/") if found else None
 
 
 def served_pooling(folder: str) -> str | None:
@@ -65,9 +71,7 @@ def served_pooling(folder: str) -> str | None:
     folder = folder.rstrip("/")
     if not files.exists(f"{folder}/{MODULES}"):
         return None
-    modules = _read_json(f"{folder}/{MODULES}")
-    found = [m for m in modules if isinstance(m, dict) and m.get("type") == POOLING_MODULE]
-    path = str(found[0].get("path", "")).strip("/") if found else None
+    path = _module_path(folder, POOLING_MODULE)
     config_path = f"{folder}/{path}/config.json"
     if not path or not files.exists(config_path):
         return None
