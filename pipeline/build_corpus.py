@@ -6,9 +6,10 @@
 
 This module is the pipeline's graph and its command line; the stages are `pipeline/stages/`, a
 module each:
-  ReadDocuments (keys) -> DeduplicateDocuments -> RereadDocuments -> [TrainVocab]
-  -> TokenizeDocuments (spilled) -> PlanGroups -> CreateInstances -> WriteShards -> WriteManifest
-With several lengths (`--seq_len 128,512`) the graph branches after TokenizeDocuments: PlanGroups
+  ReadDocuments (keys) -> DeduplicateDocuments -> [RereadDocuments -> TrainVocab]
+  -> BatchDocuments -> CutGroups (reread, tokenized, cut into packing groups as read)
+  -> CreateInstances -> WriteShards -> WriteManifest
+With several lengths (`--seq_len 128,512`) the graph branches after CutGroups: CreateInstances
 to WriteManifest once per length, into OUTPUT/seq128/, OUTPUT/seq512/.
 Flags that `CorpusConfig` does not define go to Beam's pipeline options (`--runner`,
 `--direct_num_workers`, Dataflow's `--project` ...); a flag that neither knows is refused before
@@ -18,9 +19,10 @@ Determinism: every random choice derives from --seed and a content hash (of a do
 packing group), never from worker state or arrival order, so the same inputs, vocab and seed give
 byte-identical shards and manifest on any runner and any number of workers.
 Memory: documents are read line by line with a bounded line length; the shuffles carry keys and
-pointers, not text or tokens (tokens spill to _tmp/tokens/); instances are built per packing
-group of about --group_tokens tokens, and shards are sorted per shard (about --records_per_shard
-records), so no step holds the corpus: peak memory is the same at 1x and 8x.
+pointers, never text or tokens: a packing group (about --group_tokens tokens) is cut from its
+documents as they are read and tokenized, its instances are built at once and written to a part
+file, and shards are merged per shard (about --records_per_shard records), so no step holds the
+corpus: peak memory is the same at 1x and 8x.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pipeline.config import CorpusConfig, per_length
 from pipeline.curation.curate import CurateDocuments, DropRemoved
 from pipeline.curation.quality import Thresholds
 from pipeline.curation.samples import CURATION_DIR, write_removed_samples
-from pipeline.parts import remove_tmp, spill_dir
+from pipeline.parts import remove_tmp
 from pipeline.runners.options import (
     is_dry_run,
     pipeline_options,
@@ -54,11 +56,10 @@ from pipeline.runners.options import (
 from pipeline.stages import progress
 from pipeline.stages.create_instances import CreateInstances
 from pipeline.stages.dedup import DeduplicateDocuments
+from pipeline.stages.groups import BatchDocuments, CutGroups, expected_instances
 from pipeline.stages.manifest import WriteManifest
-from pipeline.stages.plan import PlanGroups
-from pipeline.stages.read import ReadDocuments, RereadDocuments, batch_documents, input_bytes
+from pipeline.stages.read import ReadDocuments, RereadDocuments, input_bytes
 from pipeline.stages.stats import BadInputError, SumCounters
-from pipeline.stages.tokenize import TokenizeDocuments
 from pipeline.stages.train_vocab import TrainVocab, write_vocab
 from pipeline.stages.write_shards import WriteShards
 from pipeline.vocab import VocabError, VocabFile, kind_of
@@ -81,18 +82,19 @@ def build_pipeline(
     `segmenter` is `segment.describe`'s record of --word_segmenter ({} for none)."""
     cfg = cfgs[0]
     # Memory that does not grow with the corpus: no PCollection holds its text or tokens. Files are
-    # read once for keys (deduplication keeps one (file, index) per content key), then again for
-    # the text of the documents kept, once for the vocab's sample and once for tokenizing; tokens go
-    # to spill files (`parts.Spill`) and only pointers reach the shuffle. A tfds split cannot be
-    # read again by index: its documents are deduplicated as text, held by the runner.
+    # read once for keys (deduplication keeps one `Pointer` per content key: file key, file, index,
+    # characters), then again for the text of the documents kept, once for the vocab's sample and
+    # once to tokenize and cut into packing groups, which go to instance creation without a
+    # shuffle. A tfds split cannot be read again by index: its documents are deduplicated as
+    # text, held by the runner.
     rereadable = cfg.format != "tfds"  # files can be read again by pointer
     read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=rereadable)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=rereadable)
 
-    def by_file_of(docs, name: str = ""):  # (key, (file, index)) -> (file, [(index, key), ...])
+    def by_file_of(docs, name: str):  # (key, Pointer) -> (file, [(index, key), ...])
         return (
             docs
-            | f"ByFile{name}" >> beam.Map(lambda kp: (kp[1][0], (kp[1][1], kp[0])))
+            | f"ByFile{name}" >> beam.Map(lambda kp: (kp[1].path, (kp[1].index, kp[0])))
             | f"GroupByFile{name}" >> beam.GroupByKey()
         )
 
@@ -110,11 +112,9 @@ def build_pipeline(
             curation_stats.append(
                 write_removed_samples(cfg, removed, unique.docs, reread, f"{spill_root(cfgs)}/{CURATION_DIR}")
             )
-    if rereadable:  # (file, [(index, key), ...]) of the documents kept
-        by_file = by_file_of(kept)
 
-    def documents(name: str):  # (key, text) of every document kept
-        return by_file | name >> beam.ParDo(RereadDocuments(cfg)) if rereadable else kept
+    def documents(name: str):  # (key, text) of every document kept, for the vocab
+        return reread(kept, name.removeprefix("Reread")) if rereadable else kept
 
     def counted_before_vocab():  # what reading, deduplication and curation counted: an empty
         # vocab sample then says which of them emptied it
@@ -134,16 +134,14 @@ def build_pipeline(
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])
     vocab_si = beam.pvalue.AsSingleton(vocab)
 
-    # Batches of 256 Ki-1 Mi characters (Beam sizes them by timing, within those bounds): memory
-    # per batch stays bounded however long the documents are. Not smaller: with 16 Ki, documents of
-    # ~20 K characters went to the tokenizer one at a time, and its thread pool spent the time
-    # waking up (the Python docs in BERT's format: read and tokenized in 6.2 s, 5.2 s now). A
-    # document's tokens do not depend on its batch, only the speed does.
-    batches = documents("RereadDocuments") | "BatchDocuments" >> batch_documents(min_chars=1 << 18)
-    tokenized = batches | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocuments(cfg, segmenter, spill_to=spill_dir(spill_root(cfgs))), vocab_si
-    ).with_outputs("stats", main="docs")
-    shared_stats = (read.stats, unique.stats, *curation_stats, tokenized.stats)
+    size = input_chars(cfg, p)
+    groups = (
+        kept
+        | "BatchDocuments" >> BatchDocuments(cfg, size)
+        | "CutGroups"
+        >> beam.ParDo(CutGroups(cfg, segmenter, rereadable), vocab_si).with_outputs("stats", main="groups")
+    )
+    shared_stats = (read.stats, unique.stats, *curation_stats, groups.stats)
 
     manifests = []
     for length_cfg in cfgs:
@@ -151,26 +149,34 @@ def build_pipeline(
         stage = (lambda name: name) if len(cfgs) == 1 else (lambda name, n=length_cfg.seq_len: f"{name}{n}")
         manifests.append(
             write_corpus(
-                length_cfg, tokenized.docs, vocab, shared_stats, given_vocab is None, segmenter, stage
+                length_cfg, groups.groups, vocab, shared_stats, given_vocab is None, segmenter, stage, size
             )
         )
     return manifests
 
 
+def input_chars(cfg: CorpusConfig, p: beam.Pipeline) -> int | None:
+    """The input files' size, which sizes the batches groups are cut from (`BatchDocuments`);
+    None for a tfds split (its batches are sized from its documents); 0 for a dry run."""
+    if cfg.format == "tfds":
+        return None
+    return 0 if is_dry_run(p.options) else input_bytes(cfg.input_patterns) or 0
+
+
 def spill_root(cfgs: list[CorpusConfig]) -> str:
-    """Where the build's tokenized documents spill (under _tmp/): the output folder, or for
-    several lengths the folder above their seq{N}/ folders (all lengths read the same tokens)."""
+    """Where the build's shared files go (curation samples, _tmp/): the output folder, or for
+    several lengths the folder above their seq{N}/ folders."""
     return cfgs[0].output_dir if len(cfgs) == 1 else cfgs[0].output_dir.rsplit("/", 1)[0]
 
 
-def write_corpus(cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict, stage):
-    """Tokenized documents -> one corpus at cfg.seq_len in cfg.output_dir: packing plan,
-    instances, shards, the vocab beside them and, last, the manifest."""
+def write_corpus(cfg, groups, vocab, shared_stats, trained: bool, segmenter: dict, stage, size=None):
+    """Packing groups -> one corpus at cfg.seq_len in cfg.output_dir: instances, shards, the vocab
+    beside them and, last, the manifest. `size`: the input's characters, if known (progress)."""
     vocab_si = beam.pvalue.AsSingleton(vocab)
     vocab_info = vocab | stage("WriteVocab") >> beam.Map(write_vocab, cfg.output_dir, trained)
-    plan_si = beam.pvalue.AsSingleton(docs | stage("PlanGroups") >> PlanGroups(cfg))
-    instances = docs | stage("CreateInstances") >> CreateInstances(cfg, vocab_si, plan_si)
-    shards = instances.records | stage("WriteShards") >> WriteShards(cfg.output_dir, plan_si)
+    expected = expected_instances(size, cfg)
+    instances = groups | stage("CreateInstances") >> CreateInstances(cfg, vocab_si, expected)
+    shards = instances.records | stage("WriteShards") >> WriteShards(cfg)
     stats = (
         (*shared_stats, instances.stats)
         | stage("AllStats") >> beam.Flatten()
@@ -180,7 +186,6 @@ def write_corpus(cfg, docs, vocab, shared_stats, trained: bool, segmenter: dict,
         cfg,
         stats=beam.pvalue.AsSingleton(stats),
         vocab_info=beam.pvalue.AsSingleton(vocab_info),
-        plan=plan_si,
         segmenter=segmenter,
     )
 

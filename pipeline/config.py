@@ -125,10 +125,14 @@ class CorpusConfig:
     short_seq_prob: float = field(0.1, "segment_pair: chance of a shorter target length (as BERT)")
     dupe_factor: int = field(5, "times the train split is re-packed and re-masked with new seeds")
     validation_fraction: float = field(0.05, "share of documents (by content hash) held out for validation")
-    num_shards: int = field(0, "train shards; 0: one per --records_per_shard estimated records")
+    num_shards: int = field(0, "train shards; 0: one per --records_per_shard records")
     num_validation_shards: int = field(0, "validation shards; 0: automatic, as for train")
     records_per_shard: int = field(20_000, "target for automatic shard counts (bounds a shard's memory)")
-    group_tokens: int = field(1 << 19, "tokens per packing group: bounds a worker's memory per step")
+    group_tokens: int = field(
+        1 << 20,
+        "tokens per packing group, cut from the input as it is read: NSP's random next segments "
+        "come from the group; bounds a worker's memory per step",
+    )
     max_line_bytes: int = field(1 << 20, "longer lines are cut into pieces of this size (and counted)")
     max_document_chars: int = field(1 << 20, "longer documents are split (and counted)")
     encoding: str = field(

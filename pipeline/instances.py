@@ -17,10 +17,13 @@ import numpy as np
 from pipeline.config import CorpusConfig
 from pipeline.masking import MaskingTables, mask_rows, stored_starts
 
-# How segment_pair rows are cut, recorded in the manifest (`packing_version`):
+# How rows are cut and grouped, recorded in the manifest (`packing_version`):
 #   1  google-research/bert's create_instances_from_document: the short target drawn per document
 #   2  the short target drawn per row (`_doc_pairs`): fuller rows, a tenth of them short
-PACKING_VERSION = 2
+#   3  packing groups cut from the input as it is read (`stages/groups.py`), not by a hash of
+#      each document after the whole corpus is tokenized; shards are key ranges of every group
+#      (`parts.key_range`). Rows are cut as in 2, from other groups: every mode's bytes changed.
+PACKING_VERSION = 3
 
 # With a segmenter, each token's "begins a masking unit" flag rides in this bit of its id through
 # packing, pairing and truncation, so every way those cut and move tokens moves the flag with its

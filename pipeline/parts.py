@@ -1,17 +1,15 @@
-"""Part files: the sorted records one packing group contributes to one shard.
+"""Part files: the sorted records of one packing group, from which every shard takes its key range.
 
-Records do not travel through Beam's shuffle: each group writes one part file per shard under
-`OUTPUT/_tmp/parts/` (sort keys, end offsets, the records' bytes in TFRecord framing), the
-shuffle carries only the file names, and each shard is a merge of its parts. A runner then never
-holds the corpus's records in memory.
+Records do not travel through Beam's shuffle: each packing group writes one part file under
+`OUTPUT/_tmp/parts/` (sort keys, end offsets, the records' bytes in TFRecord framing, in key
+order), the shuffle carries only the file names, and each shard is a merge of one key range of
+every part (`key_range`). A runner then never holds the corpus's records in memory.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-import uuid
-from typing import NamedTuple
 
 import google_crc32c
 import numpy as np
@@ -64,8 +62,9 @@ def _length_header(length: int) -> bytes:  # records of a corpus have a few hund
     return packed + struct.pack("<I", masked_crc32c(packed))
 
 
-def part_path(output_dir: str, split: str, shard: int, group: int) -> str:
-    return f"{output_dir}/{TMP_DIR}/parts/{split}-{shard:05d}-g{group:05d}.part"
+def part_path(output_dir: str, split: str, group: int) -> str:
+    """A packing group's part file: the key of the group's first document names it."""
+    return f"{output_dir}/{TMP_DIR}/parts/{split}-{group:016x}.part"
 
 
 def write_part(path: str, keys: np.ndarray, records: list[bytes]) -> None:
@@ -86,84 +85,26 @@ def write_part(path: str, keys: np.ndarray, records: list[bytes]) -> None:
         f.write(b"".join(header + records))
 
 
-def read_part(path: str) -> tuple[np.ndarray, np.ndarray, bytes]:
-    """(sort keys, end offsets, bytes) of a part file."""
-    data = files.read_file(path)
-    n = int(np.frombuffer(data, np.int64, 1)[0])
-    keys = np.frombuffer(data, np.int64, n, 8)
-    ends = np.frombuffer(data, np.int64, n, 8 + 8 * n)
-    return keys, ends, data[8 + 16 * n :]
+def read_part(path: str, low: int = 0, high: int = 1 << 63) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """(sort keys, end offsets, bytes) of the records of a part file whose keys lie in
+    [low, high): a shard's share of a group (`key_range`). Only those records' bytes are read,
+    so the shards of a split, merging from every part, read each part's records once in all."""
+    with files.open_file(path) as f:
+        n = int(np.frombuffer(f.read(8), np.int64)[0])
+        head = np.frombuffer(f.read(16 * n), np.int64)
+        keys, ends = head[:n], head[n:]
+        # Keys are int64: the last range's end, 2**63, is past them all (and past int64).
+        first = int(np.searchsorted(keys, low))
+        last = n if high > np.iinfo(np.int64).max else int(np.searchsorted(keys, high))
+        begin = int(ends[first - 1]) if first else 0
+        end = int(ends[last - 1]) if last else 0
+        f.seek(8 + 16 * n + begin)
+        data = f.read(end - begin)
+    return keys[first:last], ends[first:last] - begin, data
 
 
-# Tokenized documents do not travel through Beam's shuffle either: TokenizeDocuments appends each
-# one to a spill file of its bundle under `ROOT/_tmp/tokens/`, and the shuffle that groups them
-# for packing carries `SpilledDoc` pointers (a few dozen bytes each). A runner then holds neither
-# the corpus's text nor its tokens, whatever its size (docs/corpus.md, "Memory").
-TOKENS_DIR = "tokens"
-_HEADER = 4  # int64s before each document: key, tokens, sentences, has unit starts
-
-
-class SpilledDoc(NamedTuple):
-    """Where one tokenized document lies in a spill file, and what grouping needs of it."""
-
-    key: int
-    n_tokens: int
-    path: str
-    offset: int
-    size: int
-
-
-def spill_dir(root: str) -> str:
-    return f"{root}/{TMP_DIR}/{TOKENS_DIR}"
-
-
-class Spill:
-    """One bundle's spill file, written as documents arrive (a retried bundle writes a new file:
-    the name is random, and only the pointers of the attempt that succeeded travel on)."""
-
-    def __init__(self, folder: str):
-        self.path = f"{folder}/{uuid.uuid4().hex}.bin"
-        self._file = files.create_file(self.path)
-        self._offset = 0
-
-    def write(self, doc) -> SpilledDoc:
-        units = doc.unit_starts
-        parts = [
-            np.array([doc.key, len(doc.tokens), len(doc.sentence_lengths), units is not None], np.int64),
-            np.ascontiguousarray(doc.tokens, np.int32),
-            np.ascontiguousarray(doc.sentence_lengths, np.int32),
-        ]
-        if units is not None:
-            parts.append(np.ascontiguousarray(units, np.bool_))
-        data = b"".join(p.tobytes() for p in parts)
-        self._file.write(data)
-        pointer = SpilledDoc(int(doc.key), len(doc.tokens), self.path, self._offset, len(data))
-        self._offset += len(data)
-        return pointer
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_spilled(pointers: list[SpilledDoc]) -> list:
-    """The TokenizedDocs the pointers name, each spill file opened once."""
-    from pipeline.instances import TokenizedDoc
-
-    docs = []
-    by_file: dict[str, list[SpilledDoc]] = {}
-    for pointer in pointers:
-        by_file.setdefault(pointer.path, []).append(pointer)
-    for path, here in sorted(by_file.items()):
-        with files.open_file(path) as f:
-            for pointer in sorted(here, key=lambda p: p.offset):
-                f.seek(pointer.offset)
-                data = f.read(pointer.size)
-                key, n_tokens, n_sentences, has_units = np.frombuffer(data[: 8 * _HEADER], np.int64)
-                at = 8 * _HEADER
-                tokens = np.frombuffer(data, np.int32, int(n_tokens), at)
-                at += 4 * int(n_tokens)
-                lengths = np.frombuffer(data, np.int32, int(n_sentences), at)
-                at += 4 * int(n_sentences)
-                units = np.frombuffer(data, np.bool_, int(n_tokens), at) if has_units else None
-                docs.append(TokenizedDoc(int(key), tokens, lengths, units))
-    return docs
+def key_range(shard: int, shards: int) -> tuple[int, int]:
+    """The sort keys of one shard of `shards`: an equal slice of [0, 2**63). A record's key is a
+    seeded uniform draw, so each shard holds a uniform random share of every group, and a shard
+    is known by its range alone: the shard count can wait until every record exists."""
+    return shard * (1 << 63) // shards, (shard + 1) * (1 << 63) // shards

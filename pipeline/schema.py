@@ -133,8 +133,8 @@ class Manifest:
     splits: Mapping[str, Split]
     # The word segmenter whole-word masking used: name, version, mode, dictionary_sha256; {} none.
     segmenter: Mapping[str, object] = dataclasses.field(default_factory=dict)
-    # How rows were cut from documents (`pipeline/instances.py: PACKING_VERSION`); manifests from
-    # before the field are 1. full_sentences rows are the same in every version.
+    # How rows were cut from documents and grouped (`pipeline/instances.py: PACKING_VERSION`);
+    # manifests from before the field are 1. Readers read every version alike.
     packing_version: int = 1
     # What curation removed, per stage (near_dedup, quality, language): documents_removed and
     # bytes_removed always (zeros for a stage that was off), and each stage's own detail.
@@ -330,11 +330,10 @@ def build_manifest(
     shards: list[dict],
     stats: Mapping[str, int],
     vocab: VocabInfo,
-    plan: Mapping,
     segmenter: Mapping[str, object],
 ) -> Manifest:
-    """The manifest of a finished build, from the shards written, the summed counters, the plan
-    and the segmenter's description (`segment.describe`)."""
+    """The manifest of a finished build, from the shards written, the summed counters and the
+    segmenter's description (`segment.describe`)."""
     from pipeline.instances import PACKING_VERSION
 
     splits = {}
@@ -348,8 +347,8 @@ def build_manifest(
             masked_tokens=stats.get(f"{split}/masked_tokens", 0),
             padding_fraction=round(padding / (instances * cfg.seq_len), 6) if instances else 0.0,
             next_sentence_label_1=stats.get(f"{split}/next_sentence_label_1", 0),
-            dupe_factor=plan[split]["dupes"],
-            packing_groups=plan[split]["groups"],
+            dupe_factor=cfg.dupe_factor if split == "train" else 1,
+            packing_groups=stats.get(f"{split}/packing_groups", 0),
             shards=tuple(
                 Shard(s["file"], s["records"], s["bytes"])
                 for s in sorted(shards, key=lambda s: s["file"])

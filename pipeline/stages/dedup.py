@@ -10,19 +10,26 @@ from pipeline.keys import content_key
 from pipeline.stages.stats import count_stats
 
 
+def _first(kept, document):
+    return document if kept is None else min(kept, document)
+
+
 class _KeepOneCount(beam.CombineFn):
-    """(text, copies): identical texts are identical, so which copy is kept does not matter."""
+    """(text or pointer, copies): of a document's copies, the least pointer is kept (the copy in
+    the file of least key, then path, then place), whatever order they arrive in: where a document
+    is decides the batch it is read in (`groups.BatchDocuments`). Texts of a key are all equal."""
 
     def create_accumulator(self):
         return (None, 0)
 
     def add_input(self, acc, document):
-        return (acc[0] if acc[0] is not None else document, acc[1] + 1)
+        return (_first(acc[0], document), acc[1] + 1)
 
     def merge_accumulators(self, accumulators):
         kept, copies = None, 0
         for document, n in accumulators:
-            kept = kept if kept is not None else document
+            if document is not None:
+                kept = _first(kept, document)
             copies += n
         return (kept, copies)
 

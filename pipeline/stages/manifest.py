@@ -15,13 +15,13 @@ from pipeline.vocab import KINDS
 
 class WriteManifest(beam.PTransform):
     """Shard descriptions -> manifest.json, once every shard is written (side inputs: the summed
-    stats, the vocab's VocabInfo, the plan)."""
+    stats, the vocab's VocabInfo)."""
 
-    def __init__(self, cfg: CorpusConfig, stats, vocab_info, plan, segmenter: dict):
+    def __init__(self, cfg: CorpusConfig, stats, vocab_info, segmenter: dict):
         super().__init__()
         self._cfg = cfg
         self._segmenter = segmenter
-        self._inputs = {"stats": stats, "vocab_info": vocab_info, "plan": plan}
+        self._inputs = {"stats": stats, "vocab_info": vocab_info}
 
     def expand(self, shards):
         return (
@@ -32,11 +32,11 @@ class WriteManifest(beam.PTransform):
         )
 
 
-def write_manifest(shards, cfg, stats, vocab_info, plan, segmenter):
+def write_manifest(shards, cfg, stats, vocab_info, segmenter):
     """Removes what an earlier build left that this one did not write (shards with other counts,
     the other vocab kind, _tmp/), then writes manifest.json: last, so a folder with a manifest is
     a complete build."""
-    manifest = schema.build_manifest(cfg, shards, stats, vocab_info, plan, segmenter)
+    manifest = schema.build_manifest(cfg, shards, stats, vocab_info, segmenter)
     current = {s["file"] for s in shards}
     for split in schema.SPLITS:
         for path in files.glob(f"{cfg.output_dir}/{split}-*-of-*.tfrecord"):

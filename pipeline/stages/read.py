@@ -10,6 +10,7 @@ import logging
 import os
 import zlib
 from collections import Counter
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -54,12 +55,21 @@ def _open_decompressed(path: str):
             yield raw, raw
 
 
+class Pointer(NamedTuple):
+    """Where a document is, and what batching it needs (`groups.BatchDocuments`)."""
+
+    file_key: int  # the content key of its file's first document: the file's identity
+    path: str
+    index: int  # documents before it in the file
+    chars: int  # its characters
+
+
 class ReadFileDocuments(beam.DoFn):
     """A file -> its normalised documents, streamed line by line; a "stats" output per file.
     Progress: bytes read (of `total_bytes`, all files' sizes from the glob) and documents.
 
-    `pointers`: each document as (content key, (file, index in the file)) instead of its text,
-    so that deduplication holds keys, not the corpus; `RereadDocuments` reads the text again."""
+    `pointers`: each document as (content key, `Pointer`) instead of its text, so that
+    deduplication holds keys, not the corpus; `RereadDocuments` reads the text again."""
 
     def __init__(self, cfg: CorpusConfig, total_bytes: int | None = None, launcher_pid: int | None = None,
                  pointers: bool = False):  # fmt: skip
@@ -110,10 +120,15 @@ class ReadFileDocuments(beam.DoFn):
 
     def process(self, path: str):
         stats = Counter({"input/files": 1})
-        documents = 0
+        documents, file_key = 0, None
         try:
             for document in self._documents(path, stats):
-                yield (content_key(document), (path, documents)) if self._pointers else document
+                if not self._pointers:
+                    yield document
+                else:
+                    key = content_key(document)
+                    file_key = key if file_key is None else file_key
+                    yield key, Pointer(file_key, path, documents, len(document))
                 documents += 1
         except (OSError, EOFError, zlib.error, BadInputError) as e:
             cause = str(e) if isinstance(e, BadInputError) else f"{path}: unreadable ({e})"
@@ -194,7 +209,7 @@ class _ExtractField(beam.DoFn):
 
 class ReadDocuments(beam.PTransform):
     """Input globs (or a tfds split) -> documents (str), plus per-file stats. `pointers` (files
-    only): (content key, (file, index)) per document instead (`ReadFileDocuments`)."""
+    only): (content key, `Pointer`) per document instead (`ReadFileDocuments`)."""
 
     def __init__(self, cfg: CorpusConfig, pointers: bool = False):
         super().__init__()

@@ -1,48 +1,37 @@
-"""TokenizeDocuments: batches of (key, document) -> (split, TokenizedDoc), spilled to files."""
+"""DocumentTokenizer: (key, document) pairs -> TokenizedDoc, sentences split and encoded once;
+`CutGroups` (groups.py) calls it on each batch of a packing group's documents as they are read."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections import Counter
 
-import apache_beam as beam
 import numpy as np
 
 from pipeline import segment, text
 from pipeline.config import CorpusConfig
 from pipeline.instances import TokenizedDoc
-from pipeline.keys import split_of
-from pipeline.parts import (
-    Spill,
-)
 from pipeline.stages import progress as _progress
-from pipeline.stages.stats import BadInputError, count_stats
+from pipeline.stages.stats import BadInputError
 
 
-class TokenizeDocuments(beam.DoFn):
-    """A batch of (key, document) -> (split, TokenizedDoc) per document: split into sentences,
-    encoded once; with a word segmenter, each token also gets its "begins a masking unit" flag.
+class DocumentTokenizer:
+    """A batch of (key, document) -> a TokenizedDoc per document with tokens (and how many had
+    none): split into sentences, encoded once; with a word segmenter, each token also gets its
+    "begins a masking unit" flag.
 
-    Batches (`BatchDocuments` before it: up to 1 Mi characters), because one tokenizer call and
-    one segmenter loop per batch, rather than per document, cut the segmented build's tokenizing
-    time by a sixth on the Chinese reviews (the two libraries stop evicting each other's tables from the
+    Batches (up to a few hundred Ki characters), because one tokenizer call and one segmenter
+    loop per batch, rather than per document, cut the segmented build's tokenizing time by a
+    sixth on the Chinese reviews (the two libraries stop evicting each other's tables from the
     cache between every document). A document's result does not depend on its batch.
     """
 
-    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None, spill_to: str | None = None):
+    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None, launcher_pid: int | None = None):
         self._cfg = cfg
         self._segmenter_info = segmenter or {}  # segment.describe's record, checked against what loads
-        self._launcher_pid = os.getpid()  # progress: a worker elsewhere names itself
-        self._spill_to = spill_to  # a folder: documents go to spill files, SpilledDoc pointers on
-        self._spill = None
+        self._launcher_pid = launcher_pid or os.getpid()  # progress: a worker elsewhere names itself
         self._loaded = None
         self._segment = None
-
-    def finish_bundle(self):
-        if self._spill is not None:
-            self._spill.close()  # before any pointer of this bundle is read
-            self._spill = None
 
     def setup(self):
         # tokenizers' own thread pool (encode_batch) on every core, or not: read by tokenizers at
@@ -63,7 +52,8 @@ class TokenizeDocuments(beam.DoFn):
             )
         self._segment = segment.load(cfg.word_segmenter, dictionary, cfg.segmenter_dict or "")
 
-    def process(self, batch, vocab_file):
+    def tokenize(self, batch: list[tuple[int, str]], vocab_file) -> tuple[list[TokenizedDoc], int]:
+        """(the documents with tokens, in the batch's order; how many had none)."""
         if self._loaded is None or self._loaded[0] != vocab_file:
             self._loaded = (vocab_file, vocab_file.load())  # arrives as a side input: load once
         vocab = self._loaded[1]
@@ -73,27 +63,21 @@ class TokenizeDocuments(beam.DoFn):
             encoded, starts = vocab.encode(sentences), None
         else:
             encoded, starts = self._encode_units(sentences, vocab)
-        skipped, sentence_at, token_at = 0, 0, 0
+        docs, sentence_at, token_at = [], 0, 0
         for (key, _), document in zip(batch, documents, strict=True):
             ids = [e for e in encoded[sentence_at : sentence_at + len(document)] if e]
             sentence_at += len(document)
             if not ids:
-                skipped += 1
                 continue
             lengths = np.array([len(e) for e in ids], np.int32)
             n = int(lengths.sum())
             tokens = np.fromiter(itertools.chain.from_iterable(ids), np.int32, n)
             units = None if starts is None else starts[token_at : token_at + n]
             token_at += n
-            doc = TokenizedDoc(key, tokens, lengths, units)
-            if self._spill_to is not None:
-                self._spill = self._spill or Spill(self._spill_to)
-                doc = self._spill.write(doc)
-            yield split_of(key, self._cfg.validation_fraction), doc
+            docs.append(TokenizedDoc(key, tokens, lengths, units))
         progress = _progress.stage("tokenized", unit="documents", launcher_pid=self._launcher_pid)
         progress.add(len(batch), tokens=token_at)
-        if skipped:
-            yield beam.pvalue.TaggedOutput("stats", count_stats(Counter({"skipped/no_tokens": skipped})))
+        return docs, len(batch) - len(docs)
 
     def _encode_units(self, sentences: list[str], vocab) -> tuple[list[list[int]], np.ndarray]:
         """The sentences' ids, and each token's "begins a unit" flag (all sentences back to back),

@@ -370,12 +370,11 @@ def test_dataflow_job_builds_with_our_labelled_stages():
     for stage in (
         "ReadDocuments",
         "DeduplicateDocuments",
-        "GroupByFile",
+        "GroupByFileForVocab",
         "RereadForVocab",
         "TrainVocab",
-        "RereadDocuments",
-        "TokenizeDocuments",
-        "PlanGroups",
+        "BatchDocuments",
+        "CutGroups",
         "CreateInstances",
         "WriteShards",
         "WriteManifest",
@@ -619,3 +618,55 @@ def test_progress_counts_every_byte_document_and_instance(
     assert f"{manifest['input']['documents']:,} documents" in done["done, read"]
     instances = sum(s["instances"] for s in splits)
     assert done["done, written at seq 23"].startswith(f"done, written at seq 23: {instances:,} of about ")
+
+
+@pytest.mark.slow
+def test_nsp_with_one_document_has_no_random_next_and_says_so(tmp_path, botchan, botchan_vocab, caplog):
+    """A packing group of one document has no other document to draw NSP's random next segment
+    from: as a one-document corpus always did, every pair is a true next (label 0), and a line
+    says so. Two documents give random ones."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="bertbeam.corpus")
+    text = " ".join(line for line in botchan.read_text(encoding="utf-8").splitlines()[:400] if line.strip())
+    args = ("--vocab", str(botchan_vocab), "--mode", "segment_pair", "--nsp", "--seq_len", "41",
+            "--max_predictions", "5", "--dupe_factor", "1", "--validation_fraction", "0")  # fmt: skip
+    labels = {}
+    halves = [text[: len(text) // 2], text[len(text) // 2 :]]
+    for docs, content in ((1, [text]), (2, halves)):
+        (tmp_path / f"in{docs}.txt").write_text("\n\n".join(content), encoding="utf-8")
+        build(tmp_path / f"out{docs}", "--input", str(tmp_path / f"in{docs}.txt"), *args)
+        labels[docs] = read_records(tmp_path / f"out{docs}")["next_sentence_labels"].ravel()
+    assert len(labels[1]) > 20 and not labels[1].any()
+    assert labels[2].mean() > 0.2  # random next segments, from the other document
+    warned = [r.getMessage() for r in caplog.records if "holds one document" in r.getMessage()]
+    assert len(warned) == 1 and "none random" in warned[0]
+
+
+@pytest.mark.slow
+def test_a_corpus_of_an_earlier_layout_is_read_and_resumed_alike(docs_corpus, tmp_path):
+    """A corpus whose manifest says packing version 2 (built before groups were cut from the input)
+    reads the same batches as version 3, and a resume at batch 5 gives the uninterrupted stream's
+    sixth batch: the layout is the builder's, the reader's order comes from the manifest's shards."""
+    import shutil
+
+    from pipeline.reader.config import InputConfig
+    from pipeline.reader.dataset import make_dataset
+    from pipeline.schema import read_manifest
+
+    older = tmp_path / "older"
+    shutil.copytree(docs_corpus, older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    assert manifest["packing_version"] == 3
+    manifest["packing_version"] = 2
+    (older / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    config = InputConfig(7, seed=3)
+
+    def batches(folder, skip=0, n=6):
+        stream = make_dataset(read_manifest(str(folder)), "train", config, skip_batches=skip)
+        return [batch[0]["input_ids"].numpy() for batch in stream.take(n)]
+
+    assert read_manifest(str(older)).packing_version == 2
+    ours, theirs = batches(docs_corpus), batches(older)
+    assert all((a == b).all() for a, b in zip(ours, theirs, strict=True))
+    assert (batches(older, skip=5, n=1)[0] == theirs[5]).all()

@@ -384,22 +384,26 @@ def test_one_line_errors(botchan, botchan_vocab, tmp_path):
 
 
 def test_a_shard_written_again_is_described_not_lost(tmp_path):
-    """A WriteShard task run again after it finished (Dask reruns a task whose result died with
-    its worker) finds its parts removed and the shard in place, and describes that shard."""
+    """A WriteShard task run again (Dask reruns a task whose result died with its worker) writes
+    the same shard from the parts while they are there, and once the manifest has removed them
+    (_tmp/), finds the shard in place and describes it."""
     from pipeline import parts
     from pipeline.stages.write_shards import WriteShard
 
     keys = [5, 2, 9]
     records = [parts.tfrecord_framed(bytes([k]) * (k + 3)) for k in keys]
-    paths = [parts.part_path(str(tmp_path), "train", 0, g) for g in (0, 1)]
+    paths = [parts.part_path(str(tmp_path), "train", g) for g in (0, 1)]
     parts.write_part(paths[0], keys[:2], records[:2])
     parts.write_part(paths[1], keys[2:], records[2:])
-    write, plan = WriteShard(str(tmp_path)), {"train": {"shards": 1}}
-    first = list(write.process((("train", 0), [*paths, None]), plan))
-    assert not any(os.path.exists(p) for p in paths)  # parts go once the shard is in place
-    again = list(write.process((("train", 0), [*paths, None]), plan))
+    write = WriteShard(str(tmp_path))  # not set up: works in `process`, as on a worker
+    first = list(write.process((("train", 0), paths), {"train": 1}))
+    shard = (tmp_path / "train-00000-of-00001.tfrecord").read_bytes()
+    assert list(write.process((("train", 0), paths), {"train": 1})) == first  # parts still there
+    parts.remove_tmp(str(tmp_path))
+    again = list(write.process((("train", 0), paths), {"train": 1}))
     assert again == first == [{"split": "train", "file": "train-00000-of-00001.tfrecord", "records": 3,
-                               "bytes": sum(len(r) for r in records)}]  # fmt: skip
+                               "bytes": len(shard)}]  # fmt: skip
+    assert shard == b"".join(records[i] for i in (1, 0, 2))  # by key
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ def test_the_manifest_of_a_real_build_round_trips_byte_for_byte(small_corpus):
     manifest = Manifest.from_json(text, str(small_corpus))
     assert manifest.to_json() == text
     assert (manifest.seq_len, manifest.max_predictions, manifest.pairs) == (32, 5, False)
-    assert manifest.packing_version == 2
+    assert manifest.packing_version == 3
     older = json.loads(text)
     del older["packing_version"]  # a corpus built before the field: version 1
     assert Manifest.from_json(json.dumps(older)).packing_version == 1

@@ -12,12 +12,12 @@ from pipeline.config import CorpusConfig
 from pipeline.keys import content_key, split_of
 from pipeline.stages.create_instances import CreateInstances
 from pipeline.stages.dedup import DeduplicateDocuments
-from pipeline.stages.plan import make_plan
-from pipeline.stages.read import ReadDocuments, ReadFileDocuments, RereadDocuments
+from pipeline.stages.groups import BatchDocuments, CutGroups
+from pipeline.stages.read import Pointer, ReadDocuments, ReadFileDocuments, RereadDocuments
 from pipeline.stages.stats import BadInputError, SumCounters
-from pipeline.stages.tokenize import TokenizeDocuments
+from pipeline.stages.tokenize import DocumentTokenizer
 from pipeline.stages.train_vocab import TrainVocab
-from pipeline.stages.write_shards import WriteShards
+from pipeline.stages.write_shards import WriteShards, shard_counts
 from pipeline.vocab import SentencePieceVocab as Vocab
 from pipeline.vocab import VocabFile
 
@@ -120,50 +120,87 @@ def test_tokenize_documents_encodes_sentences_once(botchan_vocab):
     vocab = Vocab(model)
     doc = "It was fine. Then it rained!\nA new line"
     expected = vocab.encode(["It was fine.", "Then it rained!", "A new line"])
-    key = content_key(doc)
-    with TestPipeline() as p:
-        model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
-        out = (
-            p
-            | beam.Create([[(key, doc), (content_key(""), "")]])  # a batch; the empty one is skipped
-            | beam.ParDo(TokenizeDocuments(cfg(validation_fraction=0.0)), model_si).with_outputs(
-                "stats", main="docs"
-            )
-        )
-        assert_that(
-            out.docs | beam.Map(lambda sd: (sd[0], sd[1].key, [s.tolist() for s in sd[1].sentences()])),
-            equal_to([("train", key, expected)]),
-        )
-        assert_that(out.stats, equal_to([{"skipped/no_tokens": 1}]), label="stats")
+    tokenizer = DocumentTokenizer(cfg(validation_fraction=0.0))
+    tokenizer.setup()
+    # A batch; the empty document has no tokens and is counted, not returned.
+    docs, empty = tokenizer.tokenize([(7, doc), (8, "")], VocabFile("sentencepiece", model))
+    assert [(d.key, [s.tolist() for s in d.sentences()]) for d in docs] == [(7, expected)] and empty == 1
 
 
-def test_spilled_documents_read_back_as_written(tmp_path):
-    """Tokenized documents in spill files (tokens, sentence lengths, a segmenter's unit starts),
-    read back by pointer, in any order, from several files."""
-    import numpy as np
+def _cut(config, sources, model):
+    """CutGroups' packing groups of one batch, as (split, group, [(key, tokens)])."""
+    cut = CutGroups(config, rereadable=isinstance(sources[0], tuple) and len(sources[0]) == 5)
+    cut.setup()
+    out = list(cut.process((("train", 0), sources), VocabFile("sentencepiece", model)))
+    return [(split, group, [(d.key, d.n_tokens) for d in docs]) for split, group, docs in out]
 
-    from pipeline.instances import TokenizedDoc
-    from pipeline.parts import Spill, read_spilled
 
-    rng = np.random.default_rng(5)
+def test_groups_are_cut_from_documents_as_read_and_the_last_takes_a_small_rest(tmp_path, botchan_vocab):
+    """A batch of two files -> groups of consecutive documents (files by key, documents in file
+    order), each closed at the document that brings it to --group_tokens, but the last one takes
+    what is left when that is under half a group; every document once; the same groups whatever
+    order the batch's pointers arrive in."""
+    model = botchan_vocab.read_bytes()
+    texts = {
+        "a.txt": [f"Document {i} of the first file says {'words ' * (i + 3)}." for i in range(9)],
+        "b.txt": [f"Second file, document {i}, {'text ' * (2 * i + 1)}." for i in range(4)],
+    }
+    sources = []
+    for name, docs in texts.items():
+        (tmp_path / name).write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+        file_key = content_key(docs[0])
+        sources += [(file_key, str(tmp_path / name), i, content_key(d), len(d)) for i, d in enumerate(docs)]
+    config = cfg(group_tokens=40, validation_fraction=0.0)
+    groups = _cut(config, sources, model)
+    assert groups == _cut(config, sources[::-1], model)  # arrival order does not matter
+    first = min(texts, key=lambda name: content_key(texts[name][0]))
+    order = [content_key(d) for d in texts[first] + texts[({*texts} - {first}).pop()]]
+    assert [key for _, _, docs in groups for key, _ in docs] == order  # each once, in read order
+    sizes = [sum(n for _, n in docs) for _, _, docs in groups]
+    assert all(size >= 40 for size in sizes[:-1]) and len(groups) >= 3
+    for _, group, docs in groups:  # closed at the first document that reaches 40 tokens
+        assert group == docs[0][0] and sum(n for _, n in docs[:-1]) < 40
+    # The last group took the rest: under half a group would have been left after its 40th token.
+    last = groups[-1][2]
+    upto = next(i for i in range(len(last)) if sum(n for _, n in last[: i + 1]) >= 40)
+    assert upto == len(last) - 1 or sum(n for _, n in last[upto + 1 :]) < 40 / 2 * 1.5
+    # tfds documents (texts, no files): the same rule, in key order.
+    texts_only = [(content_key(d), d) for docs in texts.values() for d in docs]
+    tfds_groups = _cut(config, texts_only, model)
+    assert sorted(k for _, _, docs in tfds_groups for k, _ in docs) == sorted(order)
+
+
+def test_small_files_share_batches_and_copies_keep_the_least_pointer():
+    """BatchDocuments puts a file's documents in one batch by its file key, so with 40 small files
+    and room for 4 batches, batches hold several files; deduplication keeps the least pointer of a
+    document's copies whatever order they come in (where a copy is decides its batch)."""
+    config = cfg(group_tokens=10, validation_fraction=0.0)
     docs = []
-    for key, n in ((3, 7), (2**62 + 11, 1), (9, 13), (4, 5)):
-        lengths = np.array([n - n // 2, n // 2], np.int32)
-        units = rng.random(n) < 0.5 if key % 2 else None
-        docs.append(TokenizedDoc(key, rng.integers(0, 2**30, n, dtype=np.int32), lengths, units))
-    first, second = Spill(str(tmp_path / "a")), Spill(str(tmp_path / "b"))
-    pointers = [first.write(d) for d in docs[:3]] + [second.write(docs[3])]
-    first.close()
-    second.close()
-    assert [p.key for p in pointers] == [d.key for d in docs] and pointers[1].n_tokens == 1
-    back = {d.key: d for d in read_spilled(pointers[::-1])}
-    for doc in docs:
-        got = back[doc.key]
-        assert got.tokens.tolist() == doc.tokens.tolist()
-        assert got.sentence_lengths.tolist() == doc.sentence_lengths.tolist()
-        assert (got.unit_starts is None) == (doc.unit_starts is None)
-        if doc.unit_starts is not None:
-            assert got.unit_starts.tolist() == doc.unit_starts.tolist()
+    for f in range(40):
+        for i in range(3):
+            docs.append(
+                (content_key(f"file {f} doc {i}"), Pointer(content_key(f"file {f} doc 0"), f"f{f}", i, 40))
+            )
+    copy = (content_key("shared"), Pointer(1, "z", 0, 5)), (content_key("shared"), Pointer(0, "y", 9, 5))
+    with TestPipeline() as p:
+        batches = p | "Docs" >> beam.Create(docs) | BatchDocuments(config, input_chars=4 * 10 * 4)
+
+        def whole_files_sharing_four_batches(found):
+            files = [[s[1] for s in sources] for _, sources in found]
+            assert len(found) <= 4 and {b for (_, b), _ in found} <= {0, 1, 2, 3}, found
+            assert sorted(f for names in files for f in set(names)) == sorted(f"f{f}" for f in range(40))
+            assert all(names.count(f) == 3 for names in files for f in names)  # a file's 3 documents
+
+        assert_that(batches, whole_files_sharing_four_batches)
+        for name, order in (("ab", copy), ("ba", copy[::-1])):
+            kept = (
+                p
+                | f"Copies{name}" >> beam.Create(list(order))
+                | f"Dedup{name}" >> DeduplicateDocuments(keyed=True)
+            )
+            assert_that(
+                kept.docs, equal_to([(content_key("shared"), Pointer(0, "y", 9, 5))]), label=f"kept{name}"
+            )
 
 
 def test_a_part_holds_its_records_in_key_order_and_equal_keys_by_bytes(tmp_path):
@@ -182,6 +219,14 @@ def test_a_part_holds_its_records_in_key_order_and_equal_keys_by_bytes(tmp_path)
         starts = [0, *ends[:-1].tolist()]
         got = [data[s:e] for s, e in zip(starts, ends.tolist(), strict=True)]
         assert list(zip(got_keys.tolist(), got, strict=True)) == sorted(pairs), name
+    # A key range reads only its records: what a shard takes of a part.
+    for low, high in ((7, 2**40), (0, 1), (8, 11), (2**40, 2**63)):
+        got_keys, ends, data = read_part(path, low, high)
+        starts = [0, *ends[:-1].tolist()][: len(ends)]
+        got = [data[s:e] for s, e in zip(starts, ends.tolist(), strict=True)]
+        assert list(zip(got_keys.tolist(), got, strict=True)) == [
+            (k, r) for k, r in sorted(distinct) if low <= k < high
+        ], (low, high)
 
 
 def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_named(tmp_path):
@@ -189,8 +234,9 @@ def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_name
     path.write_text("One doc.\n\nTwo doc.\n\nOne doc.\n", encoding="utf-8")
     config = cfg(input_patterns=(str(path),))
     keyed = [x for x in ReadFileDocuments(config, pointers=True).process(str(path)) if isinstance(x, tuple)]
+    texts = ["One doc.", "Two doc.", "One doc."]  # the file is known by its first document's key
     assert keyed == [
-        (content_key(t), (str(path), i)) for i, t in enumerate(["One doc.", "Two doc.", "One doc."])
+        (content_key(t), Pointer(content_key(texts[0]), str(path), i, 8)) for i, t in enumerate(texts)
     ]
     wanted = [(1, content_key("Two doc.")), (2, content_key("One doc."))]
     assert list(RereadDocuments(config).process((str(path), wanted))) == [
@@ -202,13 +248,19 @@ def test_read_as_keys_then_reread_gives_the_documents_and_a_changed_file_is_name
         list(RereadDocuments(config).process((str(path), wanted)))
 
 
-def test_plan_scales_groups_and_shards_with_tokens():
-    config = cfg(seq_len=7, max_predictions=3, dupe_factor=3, records_per_shard=10, group_tokens=100)
-    plan = make_plan({"train": 250, "validation": 9}, config)
-    # 250 tokens / 5 per row = 50 rows x 3 dupes = 150 -> 15 shards; 250 // 100 = 2 groups.
-    assert plan["train"] == {"tokens": 250, "groups": 2, "shards": 15, "dupes": 3}
-    assert plan["validation"] == {"tokens": 9, "groups": 1, "shards": 1, "dupes": 1}
-    assert make_plan({}, config)["validation"]["shards"] == 0
+def test_shards_are_counted_from_records_and_their_key_ranges_tile_the_keys():
+    from pipeline.parts import key_range
+
+    config = cfg(records_per_shard=10, num_validation_shards=3)
+    assert shard_counts({"train": 151, "validation": 2}, config) == {"train": 16, "validation": 3}
+    assert shard_counts({"train": 0}, config) == {"train": 0}
+    assert shard_counts({"train": 5}, cfg(num_shards=4)) == {"train": 4}
+    for n in (1, 3, 16):
+        ranges = [key_range(s, n) for s in range(n)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 2**63
+        assert all(
+            a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:] + [(2**63, None)], strict=True)
+        )
 
 
 def test_split_is_by_document_hash_and_near_the_fraction():
@@ -232,15 +284,10 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
         TokenizedDoc(33, np.array([300, 301, 302, 303, 304, 305, 306], np.int32), np.array([7], np.int32)),
     ]
     config = cfg(output_dir=str(tmp_path), seq_len=7, max_predictions=2, dupe_factor=1, num_shards=2)
-    plan = {
-        "train": {"tokens": 15, "groups": 1, "shards": 2, "dupes": 1},
-        "validation": {"tokens": 0, "groups": 1, "shards": 0, "dupes": 1},
-    }
     with TestPipeline() as p:
         model_si = beam.pvalue.AsSingleton(p | "Model" >> beam.Create([VocabFile("sentencepiece", model)]))
-        plan_si = beam.pvalue.AsSingleton(p | "Plan" >> beam.Create([plan]))
-        made = p | beam.Create([("train", d) for d in docs]) | CreateInstances(config, model_si, plan_si)
-        written = made.records | WriteShards(str(tmp_path), plan_si)
+        made = p | beam.Create([("train", 11, docs)]) | CreateInstances(config, model_si)
+        written = made.records | WriteShards(config)
         assert_that(
             written | beam.Map(lambda s: s["file"]),
             equal_to(["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]),
@@ -256,4 +303,3 @@ def test_create_instances_and_write_shards(tmp_path, botchan_vocab):
     ids = unmasked(rows)
     stream = sorted(ids[rows["input_mask"] > 0].tolist())
     assert stream == sorted([2] * 3 + [3] * 3 + [t for d in docs for t in d.tokens.tolist()])
-    assert not (tmp_path / "_tmp" / "parts").exists() or not list((tmp_path / "_tmp" / "parts").iterdir())

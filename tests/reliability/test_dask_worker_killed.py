@@ -25,10 +25,10 @@ ARGS = ("--doc_per_file", "--vocab_size", "1300", "--whole_word_mask", "--seq_le
         "8", "--dupe_factor", "2", "--num_shards", "4", "--validation_fraction", "0.1")  # fmt: skip
 
 
-# When to kill: once a tokenized document has spilled (reading, deduplication and the vocab are
-# behind, packing and writing ahead), or once the first shard is in place (the lost worker's
-# shards are written again or found written: WriteShard's parts are gone by then).
-MOMENTS = {"tokens spilled": "_tmp/tokens/*.bin", "first shard written": "*.tfrecord"}
+# When to kill: once a packing group's part file is written (reading, deduplication and the vocab
+# are behind, more groups and the shards ahead), or once the first shard is in place (the lost
+# worker's shards are written again from the parts, which stay until the manifest is written).
+MOMENTS = {"first part written": "_tmp/parts/*.part", "first shard written": "*.tfrecord"}
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
