@@ -60,7 +60,7 @@ DEMO_ZH_CORPUS := --vocab_size 8000 --vocab_model_type wordpiece --word_segmente
 	--seq_len 128 --max_predictions 20 --dupe_factor 2
 
 .PHONY: help setup test test-quick test-reliability test-slow lint format corpus data demo demo-zh pretrain-cpu pretrain-gpu pretrain-tpu \
-	tensorboard export finetune adapt evaluate bench-corpus bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-gap bench-tagging bench-budget bench-dropout bench-rtd-probe bench-language-id bench-curation bench-race clean
+	tensorboard export finetune adapt evaluate bench-corpus bench-nsp-groups bench-input bench-resume bench-train bench-modern bench-dask bench-dask-memory bench-quality bench-adapt bench-gap bench-tagging bench-budget bench-dropout bench-rtd-probe bench-language-id bench-curation bench-race clean
 
 # make help: every target, with the first line of the comment above it.
 help:
@@ -198,6 +198,10 @@ evaluate: $(STAMP)
 bench-corpus: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/corpus.py
+
+# How varied NSP's random next segments are when drawn from a packing group (bench/nsp_groups.py).
+bench-nsp-groups: $(STAMP)
+	$(BIN)/python bench/nsp_groups.py
 
 # The tf.data reader's examples/s: static and dynamic masking, and a three-corpus mixture.
 bench-input: $(STAMP)

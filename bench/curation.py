@@ -28,6 +28,9 @@ unless --rerun):
 - runners: the cost part's builds without curation and with every stage on, at 1x and 8x, on the
   in-memory DirectRunner and on 2 multi_processing workers; each curated build's time over the
   faster plain build of its scale.
+- scale (`--parts scale`, not in the default list: ~25 minutes): the cost part's text at 1x, 8x
+  and 32x, plain and with every stage on by default, 3 rounds; the ratio per round. Target (issue
+  59): <= 1.4x at 8x and at 32x in every round.
 """
 
 from __future__ import annotations
@@ -522,6 +525,41 @@ def runners(data: Path) -> dict:
     return out
 
 
+SCALES = (1, 8, 32)
+
+
+def scale(data: Path) -> dict:
+    """Curation by default as the corpus grows (issue 59): the plain build and the build with every
+    stage on (default limits, the rules on their spawned processes) of the cost part's text at 1x,
+    8x and 32x, in-process runner, 3 rounds, each round's builds in turn. The ratio is taken per
+    round (curated over plain of the same round). Target: <= 1.4x at 8x and at 32x in every round;
+    1x is reported (its fixed set-up is most of what 1.4x allows at 3.4 MB)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from corpus import run_pipeline
+
+    from pipeline.fetch.corpora import en_general
+
+    runs: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        inputs, base = cost_inputs(data, tmp)
+        inputs |= {n: distinct_copies(en_general(data), tmp / f"x{n}", n) for n in SCALES if n not in inputs}
+        for _ in range(REPEATS):
+            for n in SCALES:
+                for curated, flags in (("plain", []), ("curated", CURATION_FLAGS)):
+                    output = tmp / f"{n}x_{curated}"
+                    seconds, _ = run_pipeline(["--input", inputs[n], "--output", str(output), *base, *flags])
+                    runs.setdefault(f"{n}x, {curated}", []).append(round(seconds, 2))
+                    print(f"{n}x, {curated}", runs[f"{n}x, {curated}"], flush=True)
+    out: dict = {name: {"seconds": statistics.median(r), "runs": r} for name, r in runs.items()}
+    for n in SCALES:
+        ratios = [round(c / p, 2) for c, p in zip(runs[f"{n}x, curated"], runs[f"{n}x, plain"], strict=True)]
+        out[f"{n}x ratios, curated / plain, per round"] = ratios
+        if n > 1:
+            out[f"{n}x: every round <= 1.4x"] = all(r <= 1.4 for r in ratios)
+    return out
+
+
 # === Runner ===
 
 
@@ -540,6 +578,7 @@ def main() -> int:
     args = parser.parse_args()
     data = REPO / "data"
     parts = {"near_dedup": near_dedup, "datatrove": datatrove, "cost": cost, "runners": runners}
+    parts["scale"] = scale
     results = load()
     for name in args.parts.split(","):
         if name in results and not args.rerun:
