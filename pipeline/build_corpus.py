@@ -109,9 +109,8 @@ def build_pipeline(
         removed, curation_stats = curated[0], [curated[1]]
         kept = {"doc": unique.docs, "removed": removed} | "DropRemoved" >> DropRemoved()
         if cfg.curation_samples:
-            curation_stats.append(
-                write_removed_samples(cfg, removed, unique.docs, reread, f"{spill_root(cfgs)}/{CURATION_DIR}")
-            )
+            samples = f"{shared_root(cfgs)}/{CURATION_DIR}"
+            curation_stats.append(write_removed_samples(cfg, removed, unique.docs, reread, samples))
 
     def documents(name: str):  # (key, text) of every document kept, for the vocab
         return reread(kept, name.removeprefix("Reread")) if rereadable else kept
@@ -163,7 +162,7 @@ def input_chars(cfg: CorpusConfig, p: beam.Pipeline) -> int | None:
     return 0 if is_dry_run(p.options) else input_bytes(cfg.input_patterns) or 0
 
 
-def spill_root(cfgs: list[CorpusConfig]) -> str:
+def shared_root(cfgs: list[CorpusConfig]) -> str:
     """Where the build's shared files go (curation samples, _tmp/): the output folder, or for
     several lengths the folder above their seq{N}/ folders."""
     return cfgs[0].output_dir if len(cfgs) == 1 else cfgs[0].output_dir.rsplit("/", 1)[0]
@@ -207,7 +206,7 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
             remove_stale_manifest(cfg.output_dir.rsplit("/", 1)[0])
         for length_cfg in cfgs:
             remove_stale_manifest(length_cfg.output_dir)
-        files.remove_tree(f"{spill_root(cfgs)}/{CURATION_DIR}")  # an earlier build's samples
+        files.remove_tree(f"{shared_root(cfgs)}/{CURATION_DIR}")  # an earlier build's samples
     p = beam.Pipeline(runner=None if dry_run else runner_for(options, cfgs), options=options)
     progress.reset()
     build_pipeline(p, cfgs, given_vocab, segmenter)
@@ -215,8 +214,8 @@ def build(cfgs: CorpusConfig | list[CorpusConfig], options: PipelineOptions):
     if not dry_run:
         result.wait_until_finish()
         progress.log_totals()
-        if len(cfgs) > 1:  # one length's manifest removes its own _tmp/; the shared spill is above
-            remove_tmp(spill_root(cfgs))
+        if len(cfgs) > 1:  # one length's manifest removes its own _tmp/; an older build's may be above
+            remove_tmp(shared_root(cfgs))
     return result
 
 
@@ -335,7 +334,7 @@ def runner_for(options: PipelineOptions, cfgs: list[CorpusConfig]):
 
     patterns = cfgs[0].input_patterns if cfgs[0].format != "tfds" else ()
     size = input_bytes(patterns) if patterns else None
-    return DaskRunner(shared=(spill_root(cfgs),), inputs=tuple(patterns), input_bytes=size or 0)
+    return DaskRunner(shared=(shared_root(cfgs),), inputs=tuple(patterns), input_bytes=size or 0)
 
 
 def run(argv: list[str] | None = None, save_main_session: bool = False):

@@ -20,7 +20,7 @@ TMP_DIR = "_tmp"  # parts and unfinished shards live here; a finished build remo
 
 
 def remove_tmp(folder: str) -> None:
-    """`folder`'s _tmp/ (parts, unfinished shards, spilled tokens), once nothing reads it."""
+    """`folder`'s _tmp/ (parts, unfinished shards), once nothing reads it."""
     files.remove_tree(f"{folder}/{TMP_DIR}")
 
 

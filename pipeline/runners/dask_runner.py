@@ -53,7 +53,7 @@ log = logging.getLogger(LOGGER)
 # memory as one list until every consumer has run (dask keeps task results whole); but ParDos
 # that each read only the one before run as one task, element by element (`dask_translate`), so
 # the documents' text streams from the second read through tokenizing, and what a task keeps is
-# small: content keys, spill-file pointers, stats. The bound keeps a task's share of the input
+# small: content keys, pointers, part file names, stats. The bound keeps a task's share of the input
 # (and the time a lost task costs again) in proportion as inputs grow.
 PARTITION_BYTES = 64 << 20
 WAIT_FOR_WORKERS = 60  # seconds a build waits for a first worker on a scheduler that has none

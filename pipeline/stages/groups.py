@@ -5,9 +5,10 @@ of about --group_tokens tokens, each passed on as soon as its last document is t
     (key, pointer or text) -> BatchDocuments -> ((split, batch), [file or document, ...])
                            -> CutGroups      -> (split, group, [TokenizedDoc, ...]), and stats
 
-A group is a deterministic function of the documents kept, their sizes and keys, and --seed's
-layout constants, never of the runner, its bundles or its workers: a batch is chosen by a hash
-of its files' content keys, its files are read in key order and their documents in file order,
+A group is a deterministic function of the documents kept (their keys, sizes and places in their
+files) and the input's size, never of the runner, its bundles or its workers: a file's batch is
+chosen by a hash of its first document, a batch's files are read in that hash's order and their
+documents in file order,
 and a group ends at the first document that brings it to --group_tokens, unless what is left of
 the batch would make less than half a group (then the batch's last group takes it all). Instance
 creation therefore never waits for the whole corpus to be tokenized, and no token passes a
