@@ -91,7 +91,8 @@ def groups_of(sizes: list[int], group: int) -> list[np.ndarray]:
 def study(name: str, path: Path, chars_per_token: float, default_tokens: int) -> dict:
     docs = documents(path)
     sizes = [len(d) for d in docs]
-    sims = (tfidf(docs) @ tfidf(docs).T).toarray()
+    vectors = tfidf(docs)
+    sims = (vectors @ vectors.T).toarray()
     google = mean_other_similarity(sims, np.arange(len(docs)))
     allowed = TOLERANCE * google
     total = sum(sizes)

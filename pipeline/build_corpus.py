@@ -88,7 +88,8 @@ def build_pipeline(
     # shuffle. A tfds split cannot be read again by index: its documents are deduplicated as
     # text, held by the runner.
     rereadable = cfg.format != "tfds"  # files can be read again by pointer
-    read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=rereadable)
+    size = input_chars(cfg, p)  # one glob: the read's progress and the batches' count
+    read = p | "ReadDocuments" >> ReadDocuments(cfg, pointers=rereadable, total_bytes=size or None)
     unique = read.docs | "DeduplicateDocuments" >> DeduplicateDocuments(keyed=rereadable)
 
     def by_file_of(docs, name: str):  # (key, Pointer) -> (file, [(index, key), ...])
@@ -112,9 +113,6 @@ def build_pipeline(
             samples = f"{shared_root(cfgs)}/{CURATION_DIR}"
             curation_stats.append(write_removed_samples(cfg, removed, unique.docs, reread, samples))
 
-    def documents(name: str):  # (key, text) of every document kept, for the vocab
-        return reread(kept, name.removeprefix("Reread")) if rereadable else kept
-
     def counted_before_vocab():  # what reading, deduplication and curation counted: an empty
         # vocab sample then says which of them emptied it
         return beam.pvalue.AsSingleton(
@@ -124,16 +122,15 @@ def build_pipeline(
         )
 
     if given_vocab is None:
-        vocab = documents("RereadForVocab") | "TrainVocab" >> TrainVocab(cfg, counted=counted_before_vocab())
+        vocab = reread(kept, "ForVocab") | "TrainVocab" >> TrainVocab(cfg, counted=counted_before_vocab())
     elif cfg.extending:
-        vocab = documents("RereadForVocab") | "ExtendVocab" >> TrainVocab(
+        vocab = reread(kept, "ForVocab") | "ExtendVocab" >> TrainVocab(
             cfg, base=given_vocab, counted=counted_before_vocab()
         )
     else:
         vocab = p | "GivenVocab" >> beam.Create([given_vocab])
     vocab_si = beam.pvalue.AsSingleton(vocab)
 
-    size = input_chars(cfg, p)
     groups = (
         kept
         | "BatchDocuments" >> BatchDocuments(cfg, size)

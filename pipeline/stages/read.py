@@ -209,19 +209,23 @@ class _ExtractField(beam.DoFn):
 
 class ReadDocuments(beam.PTransform):
     """Input globs (or a tfds split) -> documents (str), plus per-file stats. `pointers` (files
-    only): (content key, `Pointer`) per document instead (`ReadFileDocuments`)."""
+    only): (content key, `Pointer`) per document instead (`ReadFileDocuments`). `total_bytes`:
+    the input's size when the caller globbed it already (progress lines' total); else globbed here."""
 
-    def __init__(self, cfg: CorpusConfig, pointers: bool = False):
+    def __init__(self, cfg: CorpusConfig, pointers: bool = False, total_bytes: int | None = None):
         super().__init__()
         self._cfg = cfg
         self._pointers = pointers
+        self._total_bytes = total_bytes
 
     def expand(self, pipeline):
         if self._cfg.format == "tfds":
             return pipeline | "ReadTfds" >> ReadTfdsDocuments(self._cfg)
         # A dry run builds the job and reads nothing: no glob (on gs:// without credentials it
         # retries for two minutes before it gives up).
-        total = None if is_dry_run(pipeline.pipeline.options) else input_bytes(self._cfg.input_patterns)
+        total = self._total_bytes
+        if total is None and not is_dry_run(pipeline.pipeline.options):
+            total = input_bytes(self._cfg.input_patterns)
         read = ReadFileDocuments(self._cfg, total, os.getpid(), pointers=self._pointers)
         return (
             pipeline

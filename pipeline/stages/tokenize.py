@@ -26,10 +26,10 @@ class DocumentTokenizer:
     cache between every document). A document's result does not depend on its batch.
     """
 
-    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None, launcher_pid: int | None = None):
+    def __init__(self, cfg: CorpusConfig, segmenter: dict | None = None):
         self._cfg = cfg
         self._segmenter_info = segmenter or {}  # segment.describe's record, checked against what loads
-        self._launcher_pid = launcher_pid or os.getpid()  # progress: a worker elsewhere names itself
+        self._launcher_pid = os.getpid()  # made with the graph: progress, and whether in process
         self._loaded = None
         self._segment = None
 
