@@ -42,10 +42,13 @@ Each cell writes bench/results/gap/CELL.json when done; a rerun skips it (bench/
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +85,45 @@ def curve_of(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     keys = ("step", "val_mlm_accuracy", "val_loss")
     return [{k: r[k] for k in keys} for r in rows if "val_mlm_accuracy" in r]
+
+
+def in_seconds(curve: list[dict], seconds_per_step: float) -> list[tuple[float, float]]:
+    """A curve as (seconds of the idle machine, held-out masked-LM accuracy) at each evaluation."""
+    return [(row["step"] * seconds_per_step, row["val_mlm_accuracy"]) for row in curve]
+
+
+def crossing(first: list[tuple[float, float]], second: list[tuple[float, float]], points: int = 3) -> dict:
+    """Where two learning curves, [(seconds, accuracy)], would cross: each one's last `points`
+    evaluations fitted as accuracy = a + b ln(seconds) (such curves, past their start, rise about
+    as much per doubling of time), and the fits set equal. An extrapolation, so it says which
+    points it rests on. `cross_seconds` is None where the curve behind at the last common time
+    gains no faster per doubling than the one ahead: on these fits they never meet."""
+    if min(len(first), len(second)) < 2:
+        raise ValueError(f"a fit needs 2 evaluations or more per curve, found {len(first)} and {len(second)}")
+    fits = []
+    for curve in (first, second):
+        seconds, accuracy = zip(*curve[-points:], strict=True)
+        slope, intercept = np.polyfit(np.log(seconds), accuracy, 1)
+        fits.append((float(intercept), float(slope)))
+    end = min(first[-1][0], second[-1][0])  # the last time both curves have reached
+
+    def at(fit, t):
+        return fit[0] + fit[1] * math.log(t)
+
+    ahead = 0 if at(fits[0], end) >= at(fits[1], end) else 1
+    behind = 1 - ahead
+    result = {
+        "fit_points": points,
+        "per_doubling": [round(b * math.log(2), 4) for _, b in fits],  # accuracy per doubling of time
+        "ahead_at_end": ahead,
+        "end_seconds": round(end, 1),
+        "gap_at_end": round(at(fits[ahead], end) - at(fits[behind], end), 4),
+        "cross_seconds": None,
+    }
+    if fits[behind][1] > fits[ahead][1]:
+        t = math.exp((fits[ahead][0] - fits[behind][0]) / (fits[behind][1] - fits[ahead][1]))
+        result["cross_seconds"] = round(t, 1)
+    return result
 
 
 def own_curve(data: Path, out: Path) -> dict:
@@ -145,8 +187,6 @@ def adapt(variant: str, data: Path, out: Path) -> Path:
 
 def unk_share(folder: Path, unk: int) -> float:
     """The share of the corpus's real tokens that are [UNK] (its validation split's)."""
-    import numpy as np
-
     from pipeline.reader.dataset import InputConfig, make_dataset
     from pipeline.schema import read_manifest
 
@@ -202,7 +242,8 @@ def cells(data: Path, out: Path) -> dict:
 def report(results: dict[str, dict]) -> dict:
     """Per model and task: test figures by seed, mean and spread; the gap of the best adapted row
     to the release as it is and to bertbeam's own pretraining, against the larger spread; the
-    adaptations' masked-LM curves beside the own run's."""
+    adaptations' masked-LM curves beside the own run's, and where each would cross it (`crossing`:
+    index 0 the adaptation, 1 the own run)."""
     tagged, budgeted = tagging.CELLS.results(), budget.CELLS.results()
     rows = {
         "tag": {"release": [tagged.get(f"ft-release-crf-seed{s}") for s in SEEDS],
@@ -234,9 +275,19 @@ def report(results: dict[str, dict]) -> dict:
                         "larger_spread": round(max(adapted[best]["spread"], table[task][other]["spread"]), 4),
                     }
     curves = {v: results[f"adapt-{v}"]["curve"] for v in VARIANTS if f"adapt-{v}" in results}
+    crossings = {}
     if "own-curve" in results:
         curves["own"] = results["own-curve"]["curve"]
-    return {"tasks": table, "curves": curves,
+        # Both on one axis, the idle machine's seconds: each adaptation's budget over its steps,
+        # the own run's 1,621 s over its 9,600 steps. noext has none: its accuracy counts [UNK].
+        pretrain = json.loads(tagging.CELLS.path("pretrain").read_text())
+        own = in_seconds(curves["own"], pretrain["seconds"] / pretrain["config"]["steps"])
+        for variant in VARIANTS:
+            if variant != "noext" and variant in curves:
+                spent = json.loads(CELLS.path(f"adapt-{variant}").read_text())["config"]
+                adapted = in_seconds(curves[variant], spent["budget_seconds"] / spent["steps"])
+                crossings[variant] = {"with": "own", **crossing(adapted, own)}
+    return {"tasks": table, "curves": curves, "crossings": crossings,
             "adaptations": {v: {k: results[f"adapt-{v}"][k] for k in ("added", "added_unknown", "unk_share")}
                             for v in VARIANTS if f"adapt-{v}" in results},
             "calibrate": results.get("calibrate")}  # fmt: skip
