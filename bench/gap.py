@@ -14,8 +14,9 @@ fresh MLM head at 300x, a tenth of the run head warm-up) on the tagging bench's 
   (`--extend_min_count`: the CJK characters, [UNK] to the release, and a few more), the rows of
   those the release knows only as [UNK] starting as its [UNK] row, as the mean of its rows, or
   random at their mean norm (`--extension_init`);
-- `ext-mean-ef`, `ext-random-ef`: the same with the embeddings trained first under the frozen
-  encoder (`--embeddings_first`, Artetxe et al. 2020), in the head warm-up.
+- `ext-mean-ef`, `ext-random-ef`: the same with the added rows trained first under the frozen
+  encoder (`--embeddings_first`, Artetxe et al. 2020), in the head warm-up (the release's own rows
+  frozen too; bench/results/gap/allrows/ holds the first runs, which trained the whole matrix).
 Compute: the same wall clock as the tagging bench's own pretraining (bench/results/tagging/
 pretrain.json: 1,621 s for 9,600 tiny steps), counted in steps at the adaptation's rate on this
 machine (a `calibrate` cell: 200 steps, the rate over the last 100), so that a busy machine

@@ -119,7 +119,8 @@ class TrainConfig:
     )  # fmt: skip
     warmup_embeddings: bool = field(
         False, "with --head_warmup_steps: the token embeddings train in the warm-up too, at the fresh "
-        "weights' rate (Artetxe et al. 2020: an extended vocab's rows learned under the frozen body first)",
+        "weights' rate; with a vocab extended from the release's, only the added tokens' rows (Artetxe et "
+        "al. 2020: an extended vocab's rows learned under the frozen body first)",
     )  # fmt: skip
     peak_tflops: float | None = field(None, "device peak for MFU (default: known TPU/GPU types)")
     export: bool = field(True, "write model_dir/export/ at the end")

@@ -4,6 +4,7 @@ decay never on LayerNorm or biases, optional clipping, gradient accumulation and
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 PACKAGE = "bertbeam"
@@ -95,12 +96,37 @@ class LayerwiseAdamW(keras.optimizers.AdamW):
         weight decay, as on TensorFlow."""
         self._frozen = frozenset(paths)
 
+    def train_rows(self, rows: dict[str, np.ndarray]) -> None:
+        """Only some rows of the variables at `rows`' paths learn ({path: a 0/1 value per row}),
+        until the model is built again: an extended vocab's added tokens in the head warm-up
+        (--warmup_embeddings), the release's own rows kept as they are.
+
+        The gradient of every other row is zeroed before clipping, so Adam's moments stay 0 there
+        and its step is exactly 0. That matters with the MLM output tied to the embedding: the
+        softmax sends every row a small gradient, and Adam, which divides by its size, would turn
+        it into a full step at the warm-up's high rate. Weight decay skips these variables while
+        the rows are set, so the kept rows stay bit for bit."""
+        self._row_masks = {path: np.asarray(mask, "float32")[:, None] for path, mask in rows.items()}
+        self._undecayed = {self._var_key(v) for v in self._trainable_variables if v.path in rows}
+
     def apply(self, grads, trainable_variables=None):
-        if getattr(self, "_frozen", None):
+        frozen, masks = getattr(self, "_frozen", None), getattr(self, "_row_masks", None)
+        if frozen or masks:
             variables = self._trainable_variables if trainable_variables is None else trainable_variables
-            kept = [(g, v) for g, v in zip(grads, variables, strict=True) if v.path not in self._frozen]
-            grads, trainable_variables = [g for g, _ in kept], [v for _, v in kept]
+            kept = [(g, v) for g, v in zip(grads, variables, strict=True) if v.path not in (frozen or ())]
+            grads = [g if g is None or v.path not in (masks or {}) else self._masked(g, masks[v.path])
+                     for g, v in kept]  # fmt: skip
+            trainable_variables = [v for _, v in kept]
         return super().apply(grads, trainable_variables)
+
+    @staticmethod
+    def _masked(gradient, rows):
+        gradient = ops.convert_to_tensor(gradient)  # a lookup's sparse gradient, dense
+        return gradient * ops.cast(rows, gradient.dtype)
+
+    def _use_weight_decay(self, variable):  # TF passes the backend's variable: matched by key, not path
+        undecayed = getattr(self, "_undecayed", ())
+        return self._var_key(variable) not in undecayed and super()._use_weight_decay(variable)
 
     def get_config(self):
         return {**super().get_config(), "lr_multipliers": self.lr_multipliers}

@@ -146,7 +146,9 @@ def build(run: Run, stage: Stage | None = None) -> int:
     objective = config.pretraining_objective
     with run.strategy.scope():
         run.model = pretraining_model(objective, run.bert, manifest, seed=config.seed)
-        freezes_in_optimizer = bool(config.head_warmup_steps) and backend.is_jax()
+        # The warm-up's freezing on JAX and its row mask (--warmup_embeddings): LayerwiseAdamW's
+        in_optimizer = backend.is_jax() or config.warmup_embeddings
+        freezes_in_optimizer = bool(config.head_warmup_steps) and in_optimizer
         optimizer = build_optimizer(
             config.optimizer,
             learning_rate=config.learning_rate,
@@ -287,11 +289,33 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
     else:
         for variable in trainable:
             variable.trainable = variable.path in fresh
+    rows = added_rows(run, stage)
+    if run.config.warmup_embeddings and rows is not None:
+        embeddings = [v for v in training if v.path.split("/")[0].endswith("token_embedding")]
+        getattr(run.model.optimizer, "inner_optimizer", run.model.optimizer).train_rows(
+            {v.path: rows for v in embeddings}
+        )
+        added = int(rows.sum())
+        print(f"head warm-up: of the token embeddings, only the {added:,} rows of the tokens the vocab "
+              f"extension added learn; the other {len(rows) - added:,} stay as they are",
+              flush=True)  # fmt: skip
     kept = sum(int(np.prod(v.shape)) for v in training)
     print(f"head warm-up, steps {phase.start}-{phase.end}: {len(training)} of {len(trainable)} weights train "
           f"({kept:,} of {total:,} parameters), those that started fresh"
           f"{' and the token embeddings' if run.config.warmup_embeddings else ''}: "
           f"{', '.join(layers_of([v.path for v in training]))}", flush=True)  # fmt: skip
+
+
+def added_rows(run: Run, stage: Stage) -> np.ndarray | None:
+    """1 for each token row a vocab extension added (`manifest.vocab.release["added"]`), 0 for
+    the release's own rows and any padding; None without an extension (every row is the run's own
+    or the release's as it is, and --warmup_embeddings trains them all)."""
+    added = (stage.manifest.vocab.release or {}).get("added")
+    if not added:
+        return None
+    rows = np.zeros(run.bert.vocab_size, "float32")
+    rows[[a["id"] for a in added]] = 1.0
+    return rows
 
 
 def check_resume_point(config: TrainConfig, step: int) -> None:

@@ -141,3 +141,64 @@ def test_multipliers_set_after_build_scale_the_next_step():
         factor = 30.0 if v.path.startswith("head/") else 1.0
         np.testing.assert_allclose(v.numpy() - before[v.path], 0.01 * factor, rtol=1e-4)
     assert optimizer.get_config()["lr_multipliers"] == {"head": 30.0}
+
+
+def rows_learn_and_the_rest_stay() -> None:
+    """`LayerwiseAdamW.train_rows` (--warmup_embeddings on an extended vocab): rows 2 and 9 of 11
+    learn; the others stay bit for bit under weight decay and clipping, where a gradient reaches
+    every row (as the tied MLM output sends one); an unmasked variable still learns and decays;
+    lifting the mask lets every row move. Run under either backend (see below)."""
+    table = keras.Variable(np.ones((11, 3), "float32"), name="table")
+    other = keras.Variable(np.ones(5, "float32"), name="other")
+    optimizer = build_optimizer("adamw", learning_rate=0.1, warmup_steps=0, total_steps=100, weight_decay=0.5,
+                                clipnorm=1.0, lr_multipliers={})  # fmt: skip
+    optimizer.build([table, other])
+    rows = np.zeros(11, "float32")
+    rows[[2, 9]] = 1.0
+    optimizer.train_rows({table.path: rows})
+    gradient = np.linspace(-1.0, 1.0, 33, dtype="float32").reshape(11, 3) + 0.05
+    for _ in range(3):
+        optimizer.apply_gradients([(gradient, table), (np.ones(5, "float32"), other)])
+    after = keras.ops.convert_to_numpy(table.value)
+    np.testing.assert_array_equal(np.delete(after, [2, 9], axis=0), 1.0)
+    assert np.abs(after[[2, 9]] - 1.0).min() > 0.1
+    assert np.all(keras.ops.convert_to_numpy(other.value) < 1.0 - 0.3)
+    optimizer.train_rows({})
+    optimizer.apply_gradients([(gradient, table), (np.ones(5, "float32"), other)])
+    assert np.abs(np.delete(keras.ops.convert_to_numpy(table.value), [2, 9], axis=0) - 1.0).min() > 0
+
+
+def test_only_the_masked_rows_learn():
+    rows_learn_and_the_rest_stay()
+
+
+def test_only_the_masked_rows_learn_from_a_lookups_sparse_gradient():
+    table = keras.Variable(np.ones((7, 2), "float32"), name="table")
+    optimizer = build_optimizer("adamw", learning_rate=0.1, warmup_steps=0, total_steps=100,
+                                lr_multipliers={})  # fmt: skip
+    optimizer.build([table])
+    optimizer.train_rows({table.path: np.array([0, 0, 0, 1, 0, 0, 0], "float32")})
+    with tf.GradientTape() as tape:  # a lookup's gradient is tf.IndexedSlices over the rows it read
+        loss = tf.reduce_sum(tf.gather(table.value, [1, 3, 3, 5]))
+    (sparse,) = tape.gradient(loss, [table.value])
+    assert isinstance(sparse, tf.IndexedSlices)
+    optimizer.apply_gradients([(sparse, table)])
+    moved = np.flatnonzero(np.abs(table.numpy() - 1.0).max(axis=1))
+    assert moved.tolist() == [3]
+
+
+def test_only_the_masked_rows_learn_on_jax():
+    """The same under KERAS_BACKEND=jax, where the warm-up's train step applies the optimizer
+    statelessly."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    check = "from tests.launch.test_optimizer import rows_learn_and_the_rest_stay as check; check()"
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KERAS_BACKEND": "jax"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
