@@ -248,9 +248,13 @@ def warmed_up(run: Run, stage: Stage) -> set[str]:
         return set()
     embeddings = set()
     if run.config.warmup_embeddings:
-        embeddings = {v.path for v in run.model.trainable_variables
-                      if v.path.split("/")[0].endswith("token_embedding")}  # fmt: skip
+        embeddings = {v.path for v in token_embeddings(run.model.trainable_variables)}
     return fresh_weights(run) | embeddings
+
+
+def token_embeddings(variables) -> list:
+    """The token embedding matrices among `variables` (ELECTRA's generator's too)."""
+    return [v for v in variables if v.path.split("/")[0].endswith("token_embedding")]
 
 
 def learn_fresh_faster(run: Run, stage: Stage, optimizer) -> None:
@@ -289,11 +293,9 @@ def train_fresh_only(run: Run, stage: Stage) -> None:
     else:
         for variable in trainable:
             variable.trainable = variable.path in fresh
-    rows = added_rows(run, stage)
-    if run.config.warmup_embeddings and rows is not None:
-        embeddings = [v for v in training if v.path.split("/")[0].endswith("token_embedding")]
+    if run.config.warmup_embeddings and (rows := added_rows(run, stage)) is not None:
         getattr(run.model.optimizer, "inner_optimizer", run.model.optimizer).train_rows(
-            {v.path: rows for v in embeddings}
+            {v.path: rows for v in token_embeddings(training)}
         )
         added = int(rows.sum())
         print(f"head warm-up: of the token embeddings, only the {added:,} rows of the tokens the vocab "
