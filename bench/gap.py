@@ -20,7 +20,12 @@ fresh MLM head at 300x, a tenth of the run head warm-up) on the tagging bench's 
 Compute: the same wall clock as the tagging bench's own pretraining (bench/results/tagging/
 pretrain.json: 1,621 s for 9,600 tiny steps), counted in steps at the adaptation's rate on this
 machine (a `calibrate` cell: 200 steps, the rate over the last 100), so that a busy machine
-changes the time a cell takes, not what it computes.
+changes the time a cell takes, not what it computes. That 1,621 s was itself measured on a busy
+machine: the own pretraining run again here takes 784 s when the machine is idle (cell `own`), so
+those rows had about twice its compute. Equal time both ways (EQUAL_TIME):
+- `ext-mean-eq`: `ext-mean` given the own run's idle seconds (about 900 steps);
+- `own-budget`: the own pretraining given the rows' 1,621 s (the tiny steps in that ratio, its
+  schedule stretched with them), fine-tuned as the own run's committed cells are.
 
 Fine-tuning, as the other benches measure, so the figures sit beside theirs:
 - `tag-VARIANT-seedS`: bench/tagging.py's CRF cells (its draws of 2,000 / 1,000 sentences, whole
@@ -70,6 +75,8 @@ VARIANTS = {  # name -> launch.adapt flags; in the order the grid runs them
     "ext-mean": [*EXTEND, "--extension_init", "mean"],
     "ext-pieces": [*EXTEND, "--extension_init", "pieces"],
 }
+EQUAL_TIME = {"ext-mean-eq": "ext-mean"}  # a row at the own run's idle seconds -> the flags it shares
+MODELS = (*VARIANTS, *EQUAL_TIME, "own-budget")  # every row this bench trains, in the grid's order
 
 
 def release(data: Path) -> Path:
@@ -77,15 +84,23 @@ def release(data: Path) -> Path:
 
 
 def own_seconds() -> float:
-    """The wall clock of the tagging bench's own pretraining: the budget every adaptation gets."""
+    """The wall clock of the tagging bench's own pretraining: the budget every VARIANTS row gets."""
     return json.loads(tagging.CELLS.path("pretrain").read_text())["seconds"]
 
 
-def curve_of(run_dir: Path) -> list[dict]:
-    """A run's held-out masked-LM figures at each of its evaluations (history.jsonl)."""
-    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
-    keys = ("step", "val_mlm_accuracy", "val_loss")
-    return [{k: r[k] for k in keys} for r in rows if "val_mlm_accuracy" in r]
+def idle_seconds(data: Path, out: Path) -> float:
+    """The same pretraining's wall clock when this machine is idle: cell `own`, the tagging
+    bench's run made again here. Its 784 s include the 18 s that built its corpus (cell `corpus`),
+    which an adaptation's steps do not count: 2 % in the adaptation's favour."""
+    tagging.pretrain(data, out, CELLS, "own")
+    return json.loads(CELLS.path("own").read_text())["seconds"]
+
+
+def own_budget(data: Path, out: Path) -> Path:
+    """The own pretraining given what each VARIANTS row had: its steps scaled by own_seconds() over
+    idle_seconds(), in the 20-step units the adaptations' budgets use."""
+    steps = round(tagging.PRETRAIN_STEPS * own_seconds() / idle_seconds(data, out) / 20) * 20
+    return tagging.pretrain(data, out, CELLS, "own-budget", steps=steps)
 
 
 def in_seconds(curve: list[dict], seconds_per_step: float) -> list[tuple[float, float]]:
@@ -135,7 +150,7 @@ def own_curve(data: Path, out: Path) -> dict:
         return found
     start = time.time()
     model_dir = tagging.pretrain(data, out, CELLS, "own")
-    result = {"curve": curve_of(model_dir), "recorded_eval": tagging.CELLS.done("pretrain")["eval"]}
+    result = {"curve": tagging.curve_of(model_dir), "recorded_eval": tagging.CELLS.done("pretrain")["eval"]}
     config = {"run": "bench/tagging.py's pretrain, again"}
     return CELLS.record("own-curve", config, result, time.time() - start)
 
@@ -156,8 +171,12 @@ def calibrate(data: Path, out: Path) -> dict:
                         time.time() - start)  # fmt: skip
 
 
-def budget_steps(data: Path, out: Path) -> int:
-    return max(100, round(calibrate(data, out)["steps_per_s"] * own_seconds() / 20) * 20)
+def budget_seconds(variant: str, data: Path, out: Path) -> float:
+    return idle_seconds(data, out) if variant in EQUAL_TIME else own_seconds()
+
+
+def budget_steps(seconds: float, data: Path, out: Path) -> int:
+    return max(100, round(calibrate(data, out)["steps_per_s"] * seconds / 20) * 20)
 
 
 def adapt(variant: str, data: Path, out: Path) -> Path:
@@ -169,19 +188,21 @@ def adapt(variant: str, data: Path, out: Path) -> Path:
             sys.exit(f"{folder}/export: {CELLS.path(name)} records an adaptation whose export is not here; "
                      "remove that file and the cells fine-tuned from it to run it again")  # fmt: skip
         return folder / "export"
-    steps, start = budget_steps(data, out), time.time()
+    seconds = budget_seconds(variant, data, out)
+    steps, start = budget_steps(seconds, data, out), time.time()
     source, _ = tagging.training_text(data, out)
-    flags = [*VARIANTS[variant], "--corpus_args", CORPUS_ARGS, "--train_args", "--eval_steps 20"]
+    flags = [*VARIANTS[EQUAL_TIME.get(variant, variant)]]
+    flags += ["--corpus_args", CORPUS_ARGS, "--train_args", "--eval_steps 20"]
     run(["-m", "launch.adapt", "--release", str(release(data)), "--input", str(source),
          "--output", str(folder), "--train_steps", str(steps), *flags])  # fmt: skip
     manifest = json.loads((folder / "corpus" / "manifest.json").read_text())
-    curve = curve_of(folder / "run")
+    curve = tagging.curve_of(folder / "run")
     added = manifest["vocab"]["release"].get("added") or []
     unk = manifest["vocab"]["special_ids"]["unk"]
     result = {"eval": json.loads((folder / "run" / "eval.json").read_text()), "curve": curve,
               "added": len(added), "added_unknown": sum(a["pieces"] == [unk] for a in added),
               "unk_share": unk_share(folder, unk)}  # fmt: skip
-    config = {"steps": steps, "budget_seconds": own_seconds(), "flags": flags}
+    config = {"steps": steps, "budget_seconds": seconds, "flags": flags}
     CELLS.record(name, config, result, time.time() - start)
     return folder / "export"
 
@@ -200,51 +221,50 @@ def unk_share(folder: Path, unk: int) -> float:
 
 
 def cells(data: Path, out: Path) -> dict:
-    """Each adaptation with its first tagging seed, then the other seeds, then the sentence task:
+    """Each row trained with its first tagging seed, then the other seeds, then the sentence task:
     the headline comparison soonest."""
     grid = {"calibrate": lambda: calibrate(data, out)}
     tagging_out = out / "tagging"  # the draws: bench/tagging.py's files, made the same way
 
-    def tag(variant: str, seed: int):
-        name = f"tag-{variant}-seed{seed}"
-        grid[name] = lambda: tagging.finetune(
-            name,
-            data,
-            tagging_out,
-            "crf",
-            seed,
-            cells=CELLS,
-            init_checkpoint=f"hf:{adapt(variant, data, out)}",
-        )
+    def encoder(model: str) -> dict:
+        """Where a fine-tuning starts (FinetuneConfig's fields): a release folder or a run."""
+        if model == "own-budget":
+            return {"model_dir": str(own_budget(data, out))}
+        return {"init_checkpoint": f"hf:{release(data) if model == 'release' else adapt(model, data, out)}"}
 
-    def classify(variant: str, seed: int):
-        name = f"classify-{variant}-seed{seed}"
+    def tag(model: str, seed: int):
+        name = f"tag-{model}-seed{seed}"
+        grid[name] = lambda: tagging.finetune(name, data, tagging_out, "crf", seed,
+                                              cells=CELLS, **encoder(model))  # fmt: skip
 
-        def compute():
-            source = release(data) if variant == "release" else adapt(variant, data, out)
-            return budget.finetune(name, "classify", "pretrained", seed, "rule", data, out, CELLS,
-                                   init_checkpoint=f"hf:{source}", pooling="mean")  # fmt: skip
+    def classify(model: str, seed: int):
+        name = f"classify-{model}-seed{seed}"
+        grid[name] = lambda: budget.finetune(name, "classify", "pretrained", seed, "rule", data, out, CELLS,
+                                             pooling="mean", **encoder(model))  # fmt: skip
 
-        grid[name] = compute
-
-    for variant in VARIANTS:
-        grid[f"adapt-{variant}"] = lambda v=variant: adapt(v, data, out)
-        tag(variant, 0)
+    for model in MODELS:
+        if model == "own-budget":
+            grid[model] = lambda: own_budget(data, out)
+        else:
+            grid[f"adapt-{model}"] = lambda v=model: adapt(v, data, out)
+        tag(model, 0)
     for seed in SEEDS[1:]:
-        for variant in VARIANTS:
-            tag(variant, seed)
+        for model in MODELS:
+            tag(model, seed)
     for seed in SEEDS:
-        for variant in ("release", *VARIANTS):
-            classify(variant, seed)
+        for model in ("release", *MODELS):
+            classify(model, seed)
     grid["own-curve"] = lambda: own_curve(data, out)
     return grid
 
 
 def report(results: dict[str, dict]) -> dict:
-    """Per model and task: test figures by seed, mean and spread; the gap of the best adapted row
-    to the release as it is and to bertbeam's own pretraining, against the larger spread; the
-    adaptations' masked-LM curves beside the own run's, and where each would cross it (`crossing`:
-    index 0 the adaptation, 1 the own run)."""
+    """Per model and task: test figures by seed, mean and spread; gaps against the larger spread:
+    the best VARIANTS row to the release as it is, to bertbeam's own pretraining (committed, half
+    its time on the idle machine) and to `own-budget` (its time), and `ext-mean-eq` to the own
+    pretraining (both the own run's time); the adaptations' masked-LM curves beside the own runs',
+    all on the idle machine's seconds, and where each would cross the longest own curve
+    (`crossing`: index 0 the adaptation, 1 the own run)."""
     tagged, budgeted = tagging.CELLS.results(), budget.CELLS.results()
     rows = {
         "tag": {"release": [tagged.get(f"ft-release-crf-seed{s}") for s in SEEDS],
@@ -254,9 +274,9 @@ def report(results: dict[str, dict]) -> dict:
                      "own": [budgeted.get(f"rule-classify-pretrained-seed{s}") for s in SEEDS],
                      "scratch": [budgeted.get(f"rule-classify-scratch-seed{s}") for s in SEEDS]},
     }  # fmt: skip
-    for variant in VARIANTS:
-        rows["tag"][variant] = [results.get(f"tag-{variant}-seed{s}") for s in SEEDS]
-        rows["classify"][variant] = [results.get(f"classify-{variant}-seed{s}") for s in SEEDS]
+    for model in MODELS:
+        rows["tag"][model] = [results.get(f"tag-{model}-seed{s}") for s in SEEDS]
+        rows["classify"][model] = [results.get(f"classify-{model}-seed{s}") for s in SEEDS]
     figure = {"tag": lambda r: r["test_entity_f1"], "classify": lambda r: r["test"]}
     table = {}
     for task, models in rows.items():
@@ -265,33 +285,47 @@ def report(results: dict[str, dict]) -> dict:
             found = [figure[task](r) for r in found if r is not None]
             if found:
                 table[task][model] = {"test": [round(x, 4) for x in found], **summary(found)}
-        adapted = {m: v for m, v in table[task].items() if m in VARIANTS and v["n"] == len(SEEDS)}
+        complete = {m: v for m, v in table[task].items() if v["n"] == len(SEEDS)}
+        adapted = [m for m in complete if m in VARIANTS]
+        pairs = {}
         if adapted:
-            best = max(adapted, key=lambda m: adapted[m]["mean"])
+            best = max(adapted, key=lambda m: complete[m]["mean"])
             table[task]["best_adapted"] = best
-            for other in ("release", "own"):
-                if table[task].get(other, {}).get("n") == len(SEEDS):
-                    table[task][f"best_minus_{other}"] = {
-                        "gap": round(adapted[best]["mean"] - table[task][other]["mean"], 4),
-                        "larger_spread": round(max(adapted[best]["spread"], table[task][other]["spread"]), 4),
-                    }
-    curves = {v: results[f"adapt-{v}"]["curve"] for v in VARIANTS if f"adapt-{v}" in results}
+            pairs = {f"best_minus_{other}": (best, other) for other in ("release", "own", "own-budget")}
+        pairs["ext-mean-eq_minus_own"] = ("ext-mean-eq", "own")
+        for key, (first, second) in pairs.items():
+            if first in complete and second in complete:
+                table[task][key] = {
+                    "gap": round(complete[first]["mean"] - complete[second]["mean"], 4),
+                    "larger_spread": round(max(complete[first]["spread"], complete[second]["spread"]), 4),
+                }
+    adaptations = [m for m in (*VARIANTS, *EQUAL_TIME) if f"adapt-{m}" in results]
+    curves = {m: results[f"adapt-{m}"]["curve"] for m in adaptations}
     crossings = {}
-    if "own-curve" in results:
-        curves["own"] = results["own-curve"]["curve"]
-        # Both on one axis, the idle machine's seconds: each adaptation's budget over its steps,
-        # the own run's 1,621 s over its 9,600 steps. noext has none: its accuracy counts [UNK].
-        pretrain = json.loads(tagging.CELLS.path("pretrain").read_text())
-        own = in_seconds(curves["own"], pretrain["seconds"] / pretrain["config"]["steps"])
-        for variant in VARIANTS:
-            if variant != "noext" and variant in curves:
-                spent = json.loads(CELLS.path(f"adapt-{variant}").read_text())["config"]
-                adapted = in_seconds(curves[variant], spent["budget_seconds"] / spent["steps"])
-                crossings[variant] = {"with": "own", **crossing(adapted, own)}
+    # One axis, the idle machine's seconds: an adaptation's budget over its steps (the calibrated
+    # rate), an own run's cell seconds over its steps, the own run's as `own` ran it here.
+    seconds = {m: _seconds_per_step(f"adapt-{m}") for m in adaptations}
+    for own, cell in (("own", "own-curve"), ("own-budget", "own-budget")):
+        if cell in results:
+            curves[own] = results[cell]["curve"]
+            seconds[own] = _seconds_per_step(own)
+    longest = "own-budget" if "own-budget" in curves else "own" if "own" in curves else None
+    if longest:
+        own = in_seconds(curves[longest], seconds[longest])
+        for model in adaptations:
+            if model != "noext":  # its accuracy counts [UNK], most of what it predicts
+                adapted = in_seconds(curves[model], seconds[model])
+                crossings[model] = {"with": longest, **crossing(adapted, own)}
     return {"tasks": table, "curves": curves, "crossings": crossings,
-            "adaptations": {v: {k: results[f"adapt-{v}"][k] for k in ("added", "added_unknown", "unk_share")}
-                            for v in VARIANTS if f"adapt-{v}" in results},
+            "adaptations": {m: {k: results[f"adapt-{m}"][k] for k in ("added", "added_unknown", "unk_share")}
+                            for m in adaptations},
             "calibrate": results.get("calibrate")}  # fmt: skip
+
+
+def _seconds_per_step(cell: str) -> float:
+    """An adaptation's budget over its steps, or a pretraining cell's wall clock over its steps."""
+    found = json.loads(CELLS.path(cell).read_text())
+    return found["config"].get("budget_seconds", found["seconds"]) / found["config"]["steps"]
 
 
 def main() -> int:

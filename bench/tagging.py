@@ -163,22 +163,25 @@ def training_text(data: Path, out: Path) -> tuple[Path, dict]:
     return source, found
 
 
-def pretrain(data: Path, out: Path, cells: Cells = CELLS, name: str = "pretrain", flags: tuple = ()) -> Path:
+def pretrain(data: Path, out: Path, cells: Cells = CELLS, name: str = "pretrain", flags: tuple = (),
+             steps: int = PRETRAIN_STEPS) -> Path:  # fmt: skip
     """The pretraining run, as cell `name` of `cells` in out/run (another name: out/NAME, with
-    `flags` added to launch.pretrain's: bench/dropout.py's arm without attention dropout)."""
+    `flags` added to launch.pretrain's: bench/dropout.py's arm without attention dropout; other
+    `steps`, warmed up for a tenth of them: bench/gap.py's own run at the adaptations' budget).
+    The cell keeps the held-out figures of every evaluation (`curve`) beside the last ones."""
     model_dir = out / ("run" if name == "pretrain" else name)
     if cells.done(name) is None:
         start = time.time()
         corpus_dir = corpus(data, out, cells)
         run(["-m", "launch.pretrain", "--data", str(corpus_dir), "--model_dir", str(model_dir),
              "--objective", "mlm", "--preset", "tiny", "--strategy", "cpu", "--global_batch_size", "32",
-             "--learning_rate", str(PRETRAIN_LR), "--train_steps", str(PRETRAIN_STEPS),
-             "--warmup_steps", "960", "--dynamic_masking", "--log_every", "200",
+             "--learning_rate", str(PRETRAIN_LR), "--train_steps", str(steps),
+             "--warmup_steps", str(steps // 10), "--dynamic_masking", "--log_every", "200",
              "--checkpoint_every", "1600", "--eval_every", "1600", "--eval_steps", "20",
              "--keep_checkpoints", "2", "--no-export", *flags])  # fmt: skip
-        found = {"eval": json.loads((model_dir / "eval.json").read_text())}
+        found = {"eval": json.loads((model_dir / "eval.json").read_text()), "curve": curve_of(model_dir)}
         config = {
-            "steps": PRETRAIN_STEPS,
+            "steps": steps,
             "preset": "tiny",
             "seq_len": SEQ_LEN,
             **({"flags": list(flags)} if flags else {}),
@@ -191,6 +194,13 @@ def pretrain(data: Path, out: Path, cells: Cells = CELLS, name: str = "pretrain"
             f"remove {cells.path(name)} and the cells fine-tuned from it"
         )
     return model_dir
+
+
+def curve_of(run_dir: Path) -> list[dict]:
+    """A run's held-out masked-LM figures at each of its evaluations (history.jsonl)."""
+    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    keys = ("step", "val_mlm_accuracy", "val_loss")
+    return [{k: r[k] for k in keys} for r in rows if "val_mlm_accuracy" in r]
 
 
 def run_lost(out: Path, cells: Cells = CELLS, name: str = "pretrain") -> bool:
