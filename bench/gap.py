@@ -21,11 +21,12 @@ Compute: the same wall clock as the tagging bench's own pretraining (bench/resul
 pretrain.json: 1,621 s for 9,600 tiny steps), counted in steps at the adaptation's rate on this
 machine (a `calibrate` cell: 200 steps, the rate over the last 100), so that a busy machine
 changes the time a cell takes, not what it computes. That 1,621 s was itself measured on a busy
-machine: the own pretraining run again here takes 784 s when the machine is idle (cell `own`), so
-those rows had about twice its compute. Equal time both ways (EQUAL_TIME):
-- `ext-mean-eq`: `ext-mean` given the own run's idle seconds (about 900 steps);
-- `own-budget`: the own pretraining given the rows' 1,621 s (the tiny steps in that ratio, its
-  schedule stretched with them), fine-tuned as the own run's committed cells are.
+machine: the own pretraining run again here took 784 s alone on it (cell `own`), so those rows
+had about twice its compute. Equal time both ways, at the exchange rate a `pace` cell measures
+back to back (own steps per adaptation step in the same time; the machine's speed drifts):
+- `ext-mean-eq` (EQUAL_TIME): `ext-mean` given the own run's 9,600 steps' time;
+- `own-budget`: the own pretraining given a VARIANTS row's 1,860 steps' time (its schedule
+  stretched with them, warm-up a tenth), fine-tuned as every row is.
 
 Fine-tuning, as the other benches measure, so the figures sit beside theirs:
 - `tag-VARIANT-seedS`: bench/tagging.py's CRF cells (its draws of 2,000 / 1,000 sentences, whole
@@ -50,6 +51,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,19 +90,16 @@ def own_seconds() -> float:
     return json.loads(tagging.CELLS.path("pretrain").read_text())["seconds"]
 
 
-def idle_seconds(data: Path, out: Path) -> float:
-    """The same pretraining's wall clock when this machine is idle: cell `own`, the tagging
-    bench's run made again here. Its 784 s include the 18 s that built its corpus (cell `corpus`),
-    which an adaptation's steps do not count: 2 % in the adaptation's favour."""
-    tagging.pretrain(data, out, CELLS, "own")
-    return json.loads(CELLS.path("own").read_text())["seconds"]
+def own_budget_steps(data: Path, out: Path) -> int:
+    """The own pretraining's steps in the time of a VARIANTS row's steps, at `pace`'s exchange
+    rate, in the 20-step units the adaptations' budgets use."""
+    exchange = pace(data, out)["own_steps_per_adapt_step"]
+    return round(budget_steps("ext-mean", data, out) * exchange / 20) * 20
 
 
 def own_budget(data: Path, out: Path) -> Path:
-    """The own pretraining given what each VARIANTS row had: its steps scaled by own_seconds() over
-    idle_seconds(), in the 20-step units the adaptations' budgets use."""
-    steps = round(tagging.PRETRAIN_STEPS * own_seconds() / idle_seconds(data, out) / 20) * 20
-    return tagging.pretrain(data, out, CELLS, "own-budget", steps=steps)
+    """The own pretraining given the time each VARIANTS row had."""
+    return tagging.pretrain(data, out, CELLS, "own-budget", steps=own_budget_steps(data, out))
 
 
 def in_seconds(curve: list[dict], seconds_per_step: float) -> list[tuple[float, float]]:
@@ -155,28 +154,68 @@ def own_curve(data: Path, out: Path) -> dict:
     return CELLS.record("own-curve", config, result, time.time() - start)
 
 
-def calibrate(data: Path, out: Path) -> dict:
-    """Adaptation steps/s here, at this bench's corpus settings: 200 steps of `noext`'s recipe."""
-    if (found := CELLS.done("calibrate")) is not None:
-        return found
-    start, folder = time.time(), out / "calibrate"
+def steps_per_s(run_dir: Path, after: int) -> float:
+    """A run's training steps per second over its logged rows past step `after` (batch 32)."""
+    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    rates = [r["examples_per_s"] / 32 for r in rows if r["step"] > after and "examples_per_s" in r]
+    return sum(rates) / len(rates)
+
+
+def adaptation_rate(data: Path, out: Path, folder: Path) -> float:
+    """Adaptation steps/s here, at this bench's corpus settings: 200 steps of `noext`'s recipe in
+    `folder`, the rate over the last 100."""
     source, _ = tagging.training_text(data, out)
     logs = "--log_every 20 --checkpoint_every 200 --eval_every 200 --eval_steps 2 --no-export"
     run(["-m", "launch.adapt", "--release", str(release(data)), "--input", str(source),
          "--output", str(folder), "--train_steps", "200", "--corpus_args", CORPUS_ARGS,
          "--train_args", logs])  # fmt: skip
-    rows = [json.loads(line) for line in (folder / "run" / "history.jsonl").read_text().splitlines()]
-    rate = sum(r["examples_per_s"] for r in rows if r["step"] > 100) / sum(r["step"] > 100 for r in rows) / 32
+    return steps_per_s(folder / "run", after=100)
+
+
+def calibrate(data: Path, out: Path) -> dict:
+    """Adaptation steps/s here: the rate that turns the committed own run's seconds into steps."""
+    if (found := CELLS.done("calibrate")) is not None:
+        return found
+    start = time.time()
+    rate = adaptation_rate(data, out, out / "calibrate")
     return CELLS.record("calibrate", {"steps": 200, "corpus_args": CORPUS_ARGS}, {"steps_per_s": rate},
                         time.time() - start)  # fmt: skip
 
 
-def budget_seconds(variant: str, data: Path, out: Path) -> float:
-    return idle_seconds(data, out) if variant in EQUAL_TIME else own_seconds()
+PACE_OWN_STEPS = 1600  # an own run's steps when `pace` times it; its rate over the last 1,200
 
 
-def budget_steps(seconds: float, data: Path, out: Path) -> int:
-    return max(100, round(calibrate(data, out)["steps_per_s"] * seconds / 20) * 20)
+def pace(data: Path, out: Path) -> dict:
+    """How many own pretraining steps take the time of one adaptation step on this machine,
+    measured back to back (own, adaptation, own) because the machine's speed drifts between
+    cells: the adaptation ran at 1.12 steps/s one morning and 0.8 the same afternoon, alone on
+    it. `calibrate` and the own run's seconds came from different days, so "equal time" rests on
+    this rate, not on their quotient."""
+    if (found := CELLS.done("pace")) is not None:
+        return found
+    start, folder = time.time(), out / "pace"
+    shutil.rmtree(folder, ignore_errors=True)  # a measurement of now: nothing from an earlier try
+
+    def own_rate(name: str) -> float:
+        run_dir = tagging.pretrain(data, folder, Cells(folder / "cells"), name, steps=PACE_OWN_STEPS)
+        return steps_per_s(run_dir, after=PACE_OWN_STEPS // 4)
+
+    own = [own_rate("own-1")]
+    adapted = adaptation_rate(data, out, folder / "adapt")
+    own.append(own_rate("own-2"))
+    result = {"own_steps_per_s": own, "adapt_steps_per_s": adapted,
+              "own_steps_per_adapt_step": sum(own) / len(own) / adapted}  # fmt: skip
+    config = {"own_steps": PACE_OWN_STEPS, "adapt_steps": 200, "order": ["own", "adapt", "own"]}
+    return CELLS.record("pace", config, result, time.time() - start)
+
+
+def budget_steps(variant: str, data: Path, out: Path) -> int:
+    """VARIANTS: the committed own run's 1,621 s at the calibrated rate (1,860 steps); EQUAL_TIME:
+    the own run's 9,600 steps at `pace`'s exchange rate."""
+    if variant in EQUAL_TIME:
+        exchange = pace(data, out)["own_steps_per_adapt_step"]
+        return round(tagging.PRETRAIN_STEPS / exchange / 20) * 20
+    return max(100, round(calibrate(data, out)["steps_per_s"] * own_seconds() / 20) * 20)
 
 
 def adapt(variant: str, data: Path, out: Path) -> Path:
@@ -188,8 +227,7 @@ def adapt(variant: str, data: Path, out: Path) -> Path:
             sys.exit(f"{folder}/export: {CELLS.path(name)} records an adaptation whose export is not here; "
                      "remove that file and the cells fine-tuned from it to run it again")  # fmt: skip
         return folder / "export"
-    seconds = budget_seconds(variant, data, out)
-    steps, start = budget_steps(seconds, data, out), time.time()
+    steps, start = budget_steps(variant, data, out), time.time()
     source, _ = tagging.training_text(data, out)
     flags = [*VARIANTS[EQUAL_TIME.get(variant, variant)]]
     flags += ["--corpus_args", CORPUS_ARGS, "--train_args", "--eval_steps 20"]
@@ -202,7 +240,8 @@ def adapt(variant: str, data: Path, out: Path) -> Path:
     result = {"eval": json.loads((folder / "run" / "eval.json").read_text()), "curve": curve,
               "added": len(added), "added_unknown": sum(a["pieces"] == [unk] for a in added),
               "unk_share": unk_share(folder, unk)}  # fmt: skip
-    config = {"steps": steps, "budget_seconds": seconds, "flags": flags}
+    # its steps in the idle seconds `calibrate` measured: the axis every curve goes on
+    config = {"steps": steps, "budget_seconds": steps / calibrate(data, out)["steps_per_s"], "flags": flags}
     CELLS.record(name, config, result, time.time() - start)
     return folder / "export"
 
@@ -223,7 +262,7 @@ def unk_share(folder: Path, unk: int) -> float:
 def cells(data: Path, out: Path) -> dict:
     """Each row trained with its first tagging seed, then the other seeds, then the sentence task:
     the headline comparison soonest."""
-    grid = {"calibrate": lambda: calibrate(data, out)}
+    grid = {"calibrate": lambda: calibrate(data, out), "pace": lambda: pace(data, out)}
     tagging_out = out / "tagging"  # the draws: bench/tagging.py's files, made the same way
 
     def encoder(model: str) -> dict:
@@ -302,13 +341,17 @@ def report(results: dict[str, dict]) -> dict:
     adaptations = [m for m in (*VARIANTS, *EQUAL_TIME) if f"adapt-{m}" in results]
     curves = {m: results[f"adapt-{m}"]["curve"] for m in adaptations}
     crossings = {}
-    # One axis, the idle machine's seconds: an adaptation's budget over its steps (the calibrated
-    # rate), an own run's cell seconds over its steps, the own run's as `own` ran it here.
+    # One axis, the seconds of `calibrate`'s machine: an adaptation's steps at its rate; an own
+    # run's at `pace`'s exchange rate to it, or, before pace has run, its wall clock here (cell
+    # `own`, on a machine whose speed drifts).
     seconds = {m: _seconds_per_step(f"adapt-{m}") for m in adaptations}
+    own_pace = None  # own steps per second of that machine
+    if "pace" in results and "calibrate" in results:
+        own_pace = results["calibrate"]["steps_per_s"] * results["pace"]["own_steps_per_adapt_step"]
     for own, cell in (("own", "own-curve"), ("own-budget", "own-budget")):
         if cell in results:
             curves[own] = results[cell]["curve"]
-            seconds[own] = _seconds_per_step(own)
+            seconds[own] = 1 / own_pace if own_pace else _seconds_per_step(own)
     longest = "own-budget" if "own-budget" in curves else "own" if "own" in curves else None
     if longest:
         own = in_seconds(curves[longest], seconds[longest])
@@ -319,7 +362,7 @@ def report(results: dict[str, dict]) -> dict:
     return {"tasks": table, "curves": curves, "crossings": crossings,
             "adaptations": {m: {k: results[f"adapt-{m}"][k] for k in ("added", "added_unknown", "unk_share")}
                             for m in adaptations},
-            "calibrate": results.get("calibrate")}  # fmt: skip
+            "calibrate": results.get("calibrate"), "pace": results.get("pace")}  # fmt: skip
 
 
 def _seconds_per_step(cell: str) -> float:

@@ -120,17 +120,31 @@ def test_curves_share_the_idle_machines_seconds_and_cross_the_longest_own_run(be
     assert found["crossings"]["ext-mean"]["end_seconds"] == pytest.approx(60.0)
     assert found["crossings"]["ext-mean-eq"]["end_seconds"] == pytest.approx(30.0)  # its own last
     assert found["curves"]["own-budget"][-1]["step"] == 192
+    # Once `pace` has run, an own step is 1 / (calibrated adaptation steps/s x own steps per
+    # adaptation step) seconds: 1 / (2/3 x 6) = 0.25, so own-budget ends at 48 s, not its 60 s here.
+    write_cell(cells, "calibrate", {"steps_per_s": 2 / 3})
+    write_cell(cells, "pace", {"own_steps_per_adapt_step": 6.0})
+    found = gap.report(cells.results())
+    assert found["crossings"]["ext-mean"]["end_seconds"] == pytest.approx(48.0)
+    assert found["crossings"]["ext-mean-eq"]["end_seconds"] == pytest.approx(30.0)
 
 
-def test_the_equal_time_budget_is_the_own_runs_idle_seconds_at_the_calibrated_rate(benches, tmp_path):
+def test_the_budgets_come_from_the_calibrated_rate_and_the_measured_exchange_rate(benches, tmp_path):
+    data, out = tmp_path / "data", tmp_path / "out"
     write_cell(benches["tagging"], "pretrain", {"eval": {}}, {"steps": 96}, seconds=610.0)
     write_cell(benches["gap"], "calibrate", {"steps_per_s": 1.5})
-    write_cell(benches["gap"], "own", {"eval": {}}, {"steps": 96}, seconds=290.0)
-    (tmp_path / "out" / "own").mkdir(parents=True)
-    (tmp_path / "out" / "own" / "eval.json").write_text("{}")  # the run is here: nothing trains again
-    data, out = tmp_path / "data", tmp_path / "out"
-    grid = {name: gap.budget_seconds(name, data, out) for name in ("ext-mean", "ext-mean-eq")}
-    assert grid == {"ext-mean": 610.0, "ext-mean-eq": 290.0}
-    assert gap.budget_steps(grid["ext-mean-eq"], data, out) == 440  # 1.5/s x 290 s = 435, in 20-step units
-    assert gap.budget_steps(grid["ext-mean"], data, out) == 920  # 915
-    assert gap.budget_steps(50.0, data, out) == 100  # 75 steps, but never under 100
+    write_cell(benches["gap"], "pace", {"own_steps_per_adapt_step": 7.0})
+    assert gap.budget_steps("ext-mean", data, out) == 920  # 1.5/s x 610 s = 915, in 20-step units
+    # the own run's steps (9,600) over 7 own steps per adaptation step: 1,371.4
+    assert gap.budget_steps("ext-mean-eq", data, out) == 1380
+    assert gap.own_budget_steps(data, out) == 6440  # the rows' 920 steps x 7
+    write_cell(benches["gap"], "calibrate", {"steps_per_s": 0.1})
+    assert gap.budget_steps("ext-mean", data, out) == 100  # 61 steps, but never under 100
+
+
+def test_a_runs_rate_leaves_out_its_first_steps_and_the_evaluation_rows(tmp_path):
+    rows = [{"step": 100, "examples_per_s": 320.0}, {"step": 200, "examples_per_s": 64.0},
+            {"step": 200, "val_mlm_accuracy": 0.1}, {"step": 300, "examples_per_s": 96.0}]  # fmt: skip
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert gap.steps_per_s(tmp_path, after=100) == pytest.approx(2.5)  # (2 + 3) / 2 steps of 32
+    assert gap.steps_per_s(tmp_path, after=0) == pytest.approx(5.0)
