@@ -20,10 +20,11 @@ fresh MLM head at 300x, a tenth of the run head warm-up) on the tagging bench's 
 Compute: the same wall clock as the tagging bench's own pretraining (bench/results/tagging/
 pretrain.json: 1,621 s for 9,600 tiny steps), counted in steps at the adaptation's rate on this
 machine (a `calibrate` cell: 200 steps, the rate over the last 100), so that a busy machine
-changes the time a cell takes, not what it computes. That 1,621 s was itself measured on a busy
-machine: the own pretraining run again here took 784 s alone on it (cell `own`), so those rows
-had about twice its compute. Equal time both ways, at the exchange rate a `pace` cell measures
-back to back (own steps per adaptation step in the same time; the machine's speed drifts):
+changes the time a cell takes, not what it computes. But that 1,621 s was not the own run's
+time on this machine as the rows ran (the same run took 784 s alone on it, cell `own`): timed back
+to back with the adaptation (cell `pace`: 12.3 own steps in the time of one adaptation step; the
+machine's speed drifts), those rows had 2.4 times the own run's compute.
+Equal time both ways, at that exchange rate:
 - `ext-mean-eq` (EQUAL_TIME): `ext-mean` given the own run's 9,600 steps' time;
 - `own-budget`: the own pretraining given a VARIANTS row's 1,860 steps' time (its schedule
   stretched with them, warm-up a tenth), fine-tuned as every row is.
@@ -77,7 +78,7 @@ VARIANTS = {  # name -> launch.adapt flags; in the order the grid runs them
     "ext-mean": [*EXTEND, "--extension_init", "mean"],
     "ext-pieces": [*EXTEND, "--extension_init", "pieces"],
 }
-EQUAL_TIME = {"ext-mean-eq": "ext-mean"}  # a row at the own run's idle seconds -> the flags it shares
+EQUAL_TIME = {"ext-mean-eq": "ext-mean"}  # a row given the own run's time -> the row whose flags it takes
 MODELS = (*VARIANTS, *EQUAL_TIME, "own-budget")  # every row this bench trains, in the grid's order
 
 
@@ -299,11 +300,11 @@ def cells(data: Path, out: Path) -> dict:
 
 def report(results: dict[str, dict]) -> dict:
     """Per model and task: test figures by seed, mean and spread; gaps against the larger spread:
-    the best VARIANTS row to the release as it is, to bertbeam's own pretraining (committed, half
-    its time on the idle machine) and to `own-budget` (its time), and `ext-mean-eq` to the own
-    pretraining (both the own run's time); the adaptations' masked-LM curves beside the own runs',
-    all on the idle machine's seconds, and where each would cross the longest own curve
-    (`crossing`: index 0 the adaptation, 1 the own run)."""
+    the best VARIANTS row to the release as it is, to bertbeam's own pretraining (the committed
+    cells, trained for less time than the row) and to `own-budget` (as long), and `ext-mean-eq`
+    to the own pretraining (as long); the adaptations' masked-LM curves beside the own runs', all
+    on `calibrate`'s seconds, and where each would cross the longest own curve (`crossing`: index
+    0 the adaptation, 1 the own run)."""
     tagged, budgeted = tagging.CELLS.results(), budget.CELLS.results()
     rows = {
         "tag": {"release": [tagged.get(f"ft-release-crf-seed{s}") for s in SEEDS],
