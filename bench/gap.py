@@ -95,7 +95,7 @@ def own_budget_steps(data: Path, out: Path) -> int:
     """The own pretraining's steps in the time of a VARIANTS row's steps, at `pace`'s exchange
     rate, in the 20-step units the adaptations' budgets use."""
     exchange = pace(data, out)["own_steps_per_adapt_step"]
-    return round(budget_steps("ext-mean", data, out) * exchange / 20) * 20
+    return round(grid_steps(data, out) * exchange / 20) * 20
 
 
 def own_budget(data: Path, out: Path) -> Path:
@@ -159,6 +159,8 @@ def steps_per_s(run_dir: Path, after: int) -> float:
     """A run's training steps per second over its logged rows past step `after` (batch 32)."""
     rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     rates = [r["examples_per_s"] / 32 for r in rows if r["step"] > after and "examples_per_s" in r]
+    if not rates:
+        raise ValueError(f"{run_dir}/history.jsonl: no training rows past step {after} to time")
     return sum(rates) / len(rates)
 
 
@@ -210,13 +212,18 @@ def pace(data: Path, out: Path) -> dict:
     return CELLS.record("pace", config, result, time.time() - start)
 
 
+def grid_steps(data: Path, out: Path) -> int:
+    """A VARIANTS row's steps: the committed own run's 1,621 s at the calibrated rate (1,860)."""
+    return max(100, round(calibrate(data, out)["steps_per_s"] * own_seconds() / 20) * 20)
+
+
 def budget_steps(variant: str, data: Path, out: Path) -> int:
-    """VARIANTS: the committed own run's 1,621 s at the calibrated rate (1,860 steps); EQUAL_TIME:
-    the own run's 9,600 steps at `pace`'s exchange rate."""
+    """An adaptation's steps: grid_steps(), or for an EQUAL_TIME row the own run's 9,600 steps at
+    `pace`'s exchange rate."""
     if variant in EQUAL_TIME:
         exchange = pace(data, out)["own_steps_per_adapt_step"]
         return round(tagging.PRETRAIN_STEPS / exchange / 20) * 20
-    return max(100, round(calibrate(data, out)["steps_per_s"] * own_seconds() / 20) * 20)
+    return grid_steps(data, out)
 
 
 def adapt(variant: str, data: Path, out: Path) -> Path:

@@ -148,3 +148,5 @@ def test_a_runs_rate_leaves_out_its_first_steps_and_the_evaluation_rows(tmp_path
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert gap.steps_per_s(tmp_path, after=100) == pytest.approx(2.5)  # (2 + 3) / 2 steps of 32
     assert gap.steps_per_s(tmp_path, after=0) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="history.jsonl: no training rows past step 300 to time"):
+        gap.steps_per_s(tmp_path, after=300)
