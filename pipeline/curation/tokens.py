@@ -38,29 +38,38 @@ def _class_of(char: str) -> int:
     return WORD if word else PUNCT
 
 
+_LETTER = 8  # the class table's bit for "is a letter", beside the class in its low bits
+_UNSEEN = 255  # a code point not met yet
+
+
 class _Tables:
-    """Per code point: class, is a letter, lower case (`str.lower()` where it gives one character;
-    U+0130, whose lower case is two, stays: it holds no stop word either way). Filled as code
-    points are first met, a few hundred in English text, so no process pays for all 1.1 million
-    (a loop over the BMP alone took 0.1-0.2 s, a twentieth of a small build)."""
+    """Per code point: class with the letter bit (`_LETTER`), and lower case (`str.lower()` where it
+    gives one character; U+0130, whose lower case is two, stays: it holds no stop word either way).
+    Filled as code points are first met, a few hundred in English text, so no process pays for all
+    1.1 million (a loop over the BMP alone took 0.1-0.2 s, a twentieth of a small build). One
+    lookup per character gives class, letter and "not met yet" at once: each lookup of a
+    document's characters in a table is a pass over 4 bytes per character, most of what
+    tokenizing costs."""
 
     def __init__(self):
-        self.kind = np.zeros(_POINTS, dtype=np.uint8)
-        self.alpha = np.zeros(_POINTS, dtype=bool)
+        self.kind = np.full(_POINTS, _UNSEEN, dtype=np.uint8)
         self.lower = np.arange(_POINTS, dtype=np.uint32)
-        self.known = np.zeros(_POINTS, dtype=bool)
 
-    def learn(self, points: np.ndarray) -> None:
-        unknown = ~self.known[points]
-        if not unknown.any():  # after the first documents, nearly always
-            return
-        new = np.unique(points[unknown])
+    def classes(self, points: np.ndarray) -> np.ndarray:
+        """Each code point's class with its letter bit."""
+        kind = self.kind[points]
+        if (kind == _UNSEEN).any():  # after the first documents, nearly never
+            self._learn(np.unique(points[kind == _UNSEEN]))
+            kind = self.kind[points]
+        return kind
+
+    def _learn(self, new: np.ndarray) -> None:
         for point in new.tolist():
             char = chr(point)
-            self.kind[point], self.alpha[point] = _class_of(char), char.isalpha()
             if len(low := char.lower()) == 1:
                 self.lower[point] = ord(low)
-        self.known[new] = True  # after the values: a reader that sees it known reads them
+            # the class last: a reader that finds it set finds the lower case set too
+            self.kind[point] = _class_of(char) | (_LETTER if char.isalpha() else 0)
 
 
 _TABLES = _Tables()
@@ -85,8 +94,9 @@ class Tokens:
 def spans(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(code points, class and letter flag per code point, token starts, token ends) of `text`."""
     points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    _TABLES.learn(points)
-    kind, letter = _TABLES.kind[points], _TABLES.alpha[points]
+    kind = _TABLES.classes(points)
+    letter = kind >= _LETTER
+    kind &= _LETTER - 1
     n = points.size
     if n == 0:
         return points, kind, letter, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -121,12 +131,10 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
     points, kind, letter, starts, ends = spans(text)
     lengths = ends - starts
     hashes = minhash.run_hashes(points, starts, ends)
-    lowered = minhash.run_hashes(_TABLES.lower[points], starts, ends)
-    stop_hashes = _stop_hashes(stop_words)  # sorted
-    at = np.minimum(np.searchsorted(stop_hashes, lowered), stop_hashes.size - 1)
-    stop = stop_hashes[at] == lowered if stop_hashes.size else np.zeros(lowered.size, dtype=bool)
-    letters = np.concatenate(([0], np.cumsum(letter)))
-    alpha = letters[ends] > letters[starts]
+    stop = _stop(points, starts, lengths, stop_words)
+    # Whether a token holds a letter: the spans from one start to the next hold the token and
+    # the spaces after it, which are no letters (a reduction, not a cumulative sum over the text).
+    alpha = np.logical_or.reduceat(letter, starts) if starts.size else np.zeros(0, dtype=bool)
     first = kind[starts]
     real = (first == CJK_WORD) | (first == WORD)
     underscored = np.flatnonzero(real & (points[starts] == ord("_")))  # words of underscores only start so
@@ -137,10 +145,30 @@ def tokenize(text: str, stop_words: frozenset[str]) -> Tokens:
     return Tokens(hashes, lengths, real, alpha & real, stop & real)
 
 
+def _stop(points: np.ndarray, starts: np.ndarray, lengths: np.ndarray, stop_words: frozenset[str]):
+    """Which tokens, lower-cased, are stop words: hashed only where a token is as long as stop
+    words are (in English, about 2 tokens in 5), each from its own few characters."""
+    stop_hashes, (shortest, longest) = _stop_hashes(stop_words)
+    stop = np.zeros(starts.size, dtype=bool)
+    if not stop_hashes.size:
+        return stop
+    candidates = np.flatnonzero((lengths >= shortest) & (lengths <= longest))
+    width = np.arange(longest)[:, None]
+    at = np.minimum(starts[candidates] + width, points.size - 1)
+    columns = np.where(width < lengths[candidates], _TABLES.lower[points[at]], 0)
+    lowered = minhash.padded_run_hashes(columns)
+    found = np.minimum(np.searchsorted(stop_hashes, lowered), stop_hashes.size - 1)
+    stop[candidates] = stop_hashes[found] == lowered
+    return stop
+
+
 @functools.lru_cache(maxsize=4)
-def _stop_hashes(stop_words: frozenset[str]) -> np.ndarray:
+def _stop_hashes(stop_words: frozenset[str]) -> tuple[np.ndarray, tuple[int, int]]:
+    """The stop words' hashes, sorted (`minhash.run_hashes` of their code points), and their
+    shortest and longest lengths."""
     words = sorted(stop_words)
     points = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
-    lengths = np.array([len(w) for w in words])
+    lengths = np.array([len(w) for w in words], dtype=np.int64)
     ends = np.cumsum(lengths)
-    return np.sort(minhash.run_hashes(points, ends - lengths, ends))
+    hashes = np.sort(minhash.run_hashes(points, ends - lengths, ends))
+    return hashes, (int(lengths.min(initial=0)), int(lengths.max(initial=0)))

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from pipeline.curation import quality, tokens
+from pipeline.curation import minhash, quality, tokens
 
 
 def cut(text: str) -> list[str]:
@@ -61,3 +61,18 @@ def test_the_word_figures_are_a_loop_over_the_tokens(real_texts):
         assert len(distinct) == len(set(words))
         one_by_one = [tokens.tokenize(w, quality.STOP_WORDS).hashes[0] for w in words[:300]]
         assert np.array_equal(got.hashes[:300], one_by_one)  # a function of the token alone
+
+
+def test_short_runs_hash_as_the_prefix_sums_hash_them():
+    """`padded_run_hashes`, which the stop words use, gives what `run_hashes` gives each run, for
+    runs of 0 to 6 values padded to 7, among values up to the largest code point."""
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 0x110000, size=401, dtype=np.uint32)
+    lengths = rng.integers(0, 7, size=57)
+    starts = rng.integers(0, values.size - 7, size=57)
+    width = np.arange(7)[:, None]
+    columns = np.where(width < lengths, values[starts + width], 0)
+    expected = minhash.run_hashes(values, starts, starts + lengths)
+    assert np.array_equal(minhash.padded_run_hashes(columns), expected)
+    runs = {tuple(values[a : a + n]) for a, n in zip(starts, lengths, strict=True)}
+    assert len(set(expected.tolist())) == len(runs)  # distinct runs, distinct hashes
